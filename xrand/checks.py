@@ -1,0 +1,78 @@
+"""Validation of user input shared by the public functions: every error names the value."""
+from __future__ import annotations
+
+import numbers
+import operator
+from typing import Any, Tuple
+
+#: Largest number of elements one call may ask for (2**40 float32 values is 4 TiB).
+MAX_NUMEL = 2**40
+
+DTYPE_NAMES = ("float16", "bfloat16", "float32", "float64")
+_DTYPE_ALIASES = {
+    "float16": "float16", "half": "float16", "fp16": "float16",
+    "bfloat16": "bfloat16", "bf16": "bfloat16",
+    "float32": "float32", "float": "float32", "fp32": "float32",
+    "float64": "float64", "double": "float64", "fp64": "float64",
+}
+
+
+def check_seed(seed: Any, what: str = "seed") -> int:
+    """An integer in [0, 2**64); bools and floats are refused rather than truncated."""
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise TypeError(f"{what} must be an integer in [0, 2**64), got {seed!r} ({type(seed).__name__})")
+    seed = int(seed)
+    if seed < 0 or seed >= 2**64:
+        raise ValueError(f"{what} must be an integer in [0, 2**64), got {seed}")
+    return seed
+
+
+def check_shape(shape: Any) -> Tuple[int, ...]:
+    """A tuple of non-negative integers whose product stays below MAX_NUMEL."""
+    if isinstance(shape, numbers.Integral) and not isinstance(shape, bool):
+        shape = (shape,)
+    if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):
+        raise TypeError(f"shape must be a tuple or list of non-negative integers, got {shape!r}")
+    dims = []
+    for dim in shape:
+        try:
+            if isinstance(dim, bool):
+                raise TypeError
+            dim = operator.index(dim)
+        except TypeError:
+            raise TypeError(
+                f"shape must be a tuple or list of non-negative integers, got {tuple(shape)!r} "
+                f"(entry {dim!r} is a {type(dim).__name__})"
+            ) from None
+        if dim < 0:
+            raise ValueError(f"shape must hold non-negative integers, got {tuple(shape)!r}")
+        dims.append(dim)
+    numel = 1
+    for dim in dims:
+        numel *= dim
+    if numel > MAX_NUMEL:
+        raise ValueError(f"shape {tuple(dims)!r} has {numel} elements, more than the limit of {MAX_NUMEL}")
+    return tuple(dims)
+
+
+def dtype_name(dtype: Any, default: str = "float32") -> str:
+    """Normalise a dtype given as a name, a NumPy dtype or a framework dtype to its name."""
+    if dtype is None:
+        return default
+    if isinstance(dtype, str):
+        key = dtype.lower()
+    else:
+        # torch.float32 -> "torch.float32"; mindspore.float32 -> "Float32"; np.float32 -> "float32"
+        try:
+            import numpy as np
+            if isinstance(dtype, np.dtype) or (isinstance(dtype, type) and issubclass(dtype, np.generic)):
+                key = np.dtype(dtype).name
+            else:
+                key = str(dtype).lower()
+        except TypeError:
+            key = str(dtype).lower()
+        key = key.rsplit(".", 1)[-1]
+    name = _DTYPE_ALIASES.get(key)
+    if name is None:
+        raise ValueError(f"unknown dtype {dtype!r}; accepted: {', '.join(DTYPE_NAMES)} (names or framework dtypes)")
+    return name

@@ -1,0 +1,165 @@
+"""Which backend makes the tensors: a registry of backends and the choice of the active one.
+
+The active backend is, in order: the innermost ``use_backend`` of this thread or asyncio task,
+else the process-wide ``set_backend``, else the ``XRAND_BACKEND`` environment variable, else
+"torch" when torch is installed, else "numpy".
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import importlib
+import importlib.util
+import os
+import threading
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Union
+
+from .backends import Backend
+
+ENV_VAR = "XRAND_BACKEND"
+ENTRY_POINT_GROUP = "xrand.backends"
+
+_BUILTIN = {
+    "numpy": "xrand.backends.numpy:NumpyBackend",
+    "torch": "xrand.backends.torch:TorchBackend",
+    "mindspore": "xrand.backends.mindspore:MindSporeBackend",
+}
+
+_factories: Dict[str, Union[str, Callable[[], Backend]]] = dict(_BUILTIN)
+_instances: Dict[str, Backend] = {}
+_lock = threading.Lock()
+_entry_points_loaded = False
+
+_process_default: Optional[str] = None
+_context_choice: contextvars.ContextVar[Optional[str]] = contextvars.ContextVar("xrand_backend", default=None)
+
+
+class BackendInfo(NamedTuple):
+    """One row of :func:`available_backends`."""
+
+    name: str
+    available: bool
+    reason: Optional[str]
+
+
+def register_backend(name: str, factory: Callable[[], Backend]) -> None:
+    """Add (or replace) a backend: ``factory()`` returns a :class:`xrand.backends.Backend`."""
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"backend name must be an identifier-like string, got {name!r}")
+    if not callable(factory):
+        raise TypeError(f"backend factory for {name!r} must be callable, got {factory!r}")
+    with _lock:
+        _factories[name] = factory
+        _instances.pop(name, None)
+
+
+def _load_entry_points() -> None:
+    """Register the backends that installed packages declare in the ``xrand.backends`` group."""
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return
+    _entry_points_loaded = True
+    from importlib.metadata import entry_points
+
+    eps = entry_points()
+    group = eps.select(group=ENTRY_POINT_GROUP) if hasattr(eps, "select") else eps.get(ENTRY_POINT_GROUP, [])
+    for ep in group:
+        if ep.name not in _factories:
+            _factories[ep.name] = f"{ep.value}"
+
+
+def backend_names() -> List[str]:
+    _load_entry_points()
+    return sorted(_factories)
+
+
+def _factory(name: str) -> Callable[[], Backend]:
+    entry = _factories[name]
+    if isinstance(entry, str):
+        module, _, attr = entry.partition(":")
+        obj: Any = importlib.import_module(module)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+        entry = obj
+    return entry
+
+
+def backend(name: Optional[str] = None) -> Backend:
+    """The backend object named ``name`` (the active one when None); its framework is not imported."""
+    name = get_backend() if name is None else _check_name(name)
+    with _lock:
+        instance = _instances.get(name)
+        if instance is None:
+            try:
+                instance = _factory(name)()
+            except Exception as exc:  # a third-party plug-in that fails to load
+                raise RuntimeError(f"backend {name!r} could not be created: {exc}") from exc
+            if not isinstance(instance, Backend):
+                raise TypeError(f"backend factory for {name!r} returned {instance!r}, not an xrand.backends.Backend")
+            _instances[name] = instance
+    return instance
+
+
+def usable_backend(name: Optional[str] = None) -> Backend:
+    """Like :func:`backend`, but raise ``RuntimeError`` when its framework is missing here."""
+    b = backend(name)
+    reason = b.unavailable_reason()
+    if reason is not None:
+        raise RuntimeError(f"backend {b.name!r} cannot be used here: {reason}")
+    return b
+
+
+def _check_name(name: Any) -> str:
+    if not isinstance(name, str):
+        raise TypeError(f"backend name must be a string, got {name!r} ({type(name).__name__})")
+    if name not in _factories:
+        _load_entry_points()
+    if name not in _factories:
+        raise ValueError(f"unknown backend {name!r}; known backends: {', '.join(backend_names())}")
+    return name
+
+
+def available_backends() -> List[BackendInfo]:
+    """Every known backend, whether it can be used here, and if not, why."""
+    rows = []
+    for name in backend_names():
+        try:
+            reason = backend(name).unavailable_reason()
+        except Exception as exc:  # keep listing the others
+            reason = str(exc)
+        rows.append(BackendInfo(name, reason is None, reason))
+    return rows
+
+
+def _default_name() -> str:
+    env = os.environ.get(ENV_VAR)
+    if env:
+        try:
+            return _check_name(env)
+        except ValueError:
+            raise ValueError(
+                f"environment variable {ENV_VAR}={env!r} names no backend; known backends: "
+                f"{', '.join(backend_names())}"
+            ) from None
+    return "torch" if importlib.util.find_spec("torch") is not None else "numpy"
+
+
+def get_backend() -> str:
+    """The name of the active backend."""
+    return _context_choice.get() or _process_default or _default_name()
+
+
+def set_backend(name: str) -> None:
+    """Make ``name`` the process-wide backend (``use_backend`` blocks still take precedence)."""
+    global _process_default
+    _process_default = _check_name(name)
+
+
+@contextlib.contextmanager
+def use_backend(name: str) -> Iterator[Backend]:
+    """Use ``name`` inside the block, for this thread or asyncio task only."""
+    token = _context_choice.set(_check_name(name))
+    try:
+        yield backend(name)
+    finally:
+        _context_choice.reset(token)

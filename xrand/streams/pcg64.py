@@ -1,0 +1,65 @@
+"""NumPy's PCG64 stream, the one mindone.diffusers uses on MindSpore.
+
+mindone draws ``np.random.Generator(PCG64(seed)).standard_normal(shape)`` in float64 and casts
+(mindone/diffusers/utils/mindspore_utils.py ``randn``), so every dtype here is the float64 draw
+cast down; NumPy's own float32 ziggurat would give other numbers.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Tuple
+
+import numpy as np
+
+from .base import Stream
+from ..checks import check_seed
+from ..numeric import cast_float64
+
+
+class PCG64Stream(Stream):
+    name = "pcg64"
+
+    def seed(self, seed: int) -> None:
+        self._gen = np.random.Generator(np.random.PCG64(check_seed(seed)))
+
+    @classmethod
+    def from_numpy(cls, generator: np.random.Generator) -> "PCG64Stream":
+        """Wrap an existing NumPy generator (shares its state, as mindone would)."""
+        stream = cls.__new__(cls)
+        stream._gen = generator
+        return stream
+
+    def normal(self, shape: Tuple[int, ...], dtype: str) -> np.ndarray:
+        return cast_float64(self._gen.standard_normal(shape), dtype)
+
+    def get_state(self) -> Dict[str, Any]:
+        state = self._gen.bit_generator.state
+        if state.get("bit_generator") != "PCG64":
+            raise ValueError(f"stream 'pcg64' wraps a {state.get('bit_generator')} bit generator")
+        inner = state["state"]
+        return {
+            "stream": self.name,
+            "state": int(inner["state"]),
+            "inc": int(inner["inc"]),
+            "has_uint32": int(state["has_uint32"]),
+            "uinteger": int(state["uinteger"]),
+        }
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        try:
+            if state["stream"] != self.name:
+                raise ValueError(f"state is of stream {state['stream']!r}, not {self.name!r}")
+            numpy_state = {
+                "bit_generator": "PCG64",
+                "state": {"state": int(state["state"]), "inc": int(state["inc"])},
+                "has_uint32": int(state["has_uint32"]),
+                "uinteger": int(state["uinteger"]),
+            }
+            for key in ("state", "inc"):
+                if not 0 <= numpy_state["state"][key] < 2**128:
+                    raise ValueError(f"{key} {numpy_state['state'][key]} is not a 128-bit unsigned integer")
+            self._gen.bit_generator.state = numpy_state
+        except (KeyError, TypeError) as exc:
+            raise ValueError(
+                f"malformed pcg64 state {state!r}: expected a dict with keys "
+                "stream, state, inc, has_uint32, uinteger"
+            ) from exc
