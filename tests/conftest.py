@@ -1,0 +1,27 @@
+import os
+import subprocess
+import sys
+
+import pytest
+
+import xrand.registry
+
+
+@pytest.fixture(autouse=True)
+def _clean_backend_choice(monkeypatch):
+    """Every test starts with no process-wide backend choice and no XRAND_BACKEND."""
+    monkeypatch.delenv("XRAND_BACKEND", raising=False)
+    monkeypatch.setattr(xrand.registry, "_process_default", None)
+    factories, instances = dict(xrand.registry._factories), dict(xrand.registry._instances)
+    yield
+    xrand.registry._factories.clear()
+    xrand.registry._factories.update(factories)
+    xrand.registry._instances.clear()
+    xrand.registry._instances.update(instances)
+
+
+def run_python(code: str, env=None) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh interpreter (what a new process sees), returning its output."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full_env, timeout=300)

@@ -1,0 +1,165 @@
+"""xrand.Generator: seeding, state, pickling, spawning, threads."""
+import json
+import pickle
+import threading
+
+import numpy as np
+import pytest
+
+import xrand
+
+from conftest import run_python
+
+
+def pcg(seed):
+    return np.random.Generator(np.random.PCG64(seed))
+
+
+def test_pcg64_stream_is_numpy_pcg64_float64_then_cast():
+    g = xrand.Generator(2024, stream="pcg64")
+    ref = pcg(2024)
+    for shape, dtype in [((3, 4), "float32"), ((7,), "float64"), ((2, 2, 2), "float16"), ((5,), "float32")]:
+        np.testing.assert_array_equal(g.normal(shape, dtype), ref.standard_normal(shape).astype(dtype))
+
+
+def test_manual_seed_restarts_the_stream_and_returns_the_generator():
+    g = xrand.Generator(1, stream="pcg64")
+    first = g.normal((5,))
+    g.normal((5,))
+    assert g.manual_seed(1) is g
+    np.testing.assert_array_equal(g.normal((5,)), first)
+    assert g.initial_seed() == 1
+
+
+def test_seed_none_draws_fresh_entropy():
+    a, b = xrand.Generator(stream="pcg64"), xrand.Generator(stream="pcg64")
+    assert a.initial_seed() != b.initial_seed()
+    assert 0 <= a.initial_seed() < 2**64
+
+
+@pytest.mark.parametrize("stream", ["pcg64"])
+def test_get_state_set_state_continue_exactly(stream):
+    g = xrand.Generator(77, stream=stream)
+    g.normal((10,))
+    state = g.get_state()
+    json.dumps(state)  # plain data
+    expected = [g.normal((3, 5)), g.normal((17,), "float16")]
+    other = xrand.Generator(0, stream=stream).set_state(state)
+    np.testing.assert_array_equal(other.normal((3, 5)), expected[0])
+    np.testing.assert_array_equal(other.normal((17,), "float16"), expected[1])
+
+
+def test_pickle_continues_the_stream():
+    g = xrand.Generator(5, stream="pcg64")
+    g.normal((4,))
+    clone = pickle.loads(pickle.dumps(g))
+    np.testing.assert_array_equal(clone.normal((9,)), g.normal((9,)))
+
+
+def test_state_continues_in_another_process(tmp_path):
+    g = xrand.Generator(31, stream="pcg64")
+    g.normal((100,))
+    path = tmp_path / "state.pkl"
+    path.write_bytes(pickle.dumps(g))
+    out = run_python(
+        f"import pickle, numpy as np; g = pickle.load(open({str(path)!r}, 'rb'));"
+        "print(g.normal((6,), 'float64').tobytes().hex())"
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == g.normal((6,), "float64").tobytes().hex()
+
+
+def test_spawn_children_are_reproducible_distinct_and_continue_the_count():
+    a = xrand.Generator(8, stream="pcg64").spawn(3)
+    b = xrand.Generator(8, stream="pcg64").spawn(3)
+    assert [c.initial_seed() for c in a] == [c.initial_seed() for c in b]
+    assert len({c.initial_seed() for c in a}) == 3
+    assert all(c.stream == "pcg64" for c in a)
+    parent = xrand.Generator(8, stream="pcg64")
+    first, second = parent.spawn(2), parent.spawn(1)
+    assert [c.initial_seed() for c in first + second] == [c.initial_seed() for c in a]
+
+
+def test_spawn_is_the_same_in_a_fresh_process():
+    seeds = [c.initial_seed() for c in xrand.Generator(123, stream="pcg64").spawn(4)]
+    out = run_python("import xrand; print([c.initial_seed() for c in xrand.Generator(123, stream='pcg64').spawn(4)])")
+    assert out.stdout.strip() == str(seeds), out.stderr
+
+
+def test_shared_generator_in_threads_gives_whole_draws_from_one_stream():
+    g = xrand.Generator(3, stream="pcg64")
+    results = []
+
+    def work():
+        for _ in range(50):
+            results.append(g.normal((64,), "float64"))
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # Every draw is a contiguous 64-value piece of the single stream: nothing lost or repeated.
+    expected = pcg(3).standard_normal(64 * 200).reshape(200, 64)
+    got = sorted(map(bytes, (r.tobytes() for r in results)))
+    assert got == sorted(map(bytes, (row.tobytes() for row in expected)))
+
+
+@pytest.mark.parametrize(
+    "state, match",
+    [
+        (None, "malformed generator state"),
+        ({}, "malformed generator state"),
+        ({"xrand_generator": 1}, "missing keys"),
+        ({"xrand_generator": 1, "stream": "pcg64", "options": {}, "seed": -1, "spawned": 0, "stream_state": {}},
+         "seed"),
+        ({"xrand_generator": 1, "stream": "nope", "options": {}, "seed": 1, "spawned": 0, "stream_state": {}},
+         "unknown stream 'nope'"),
+        ({"xrand_generator": 1, "stream": "pcg64", "options": {}, "seed": 1, "spawned": 0, "stream_state": {"x": 1}},
+         "malformed pcg64 state"),
+    ],
+)
+def test_set_state_refuses_malformed_states(state, match):
+    g = xrand.Generator(1, stream="pcg64")
+    before = g.get_state()
+    with pytest.raises((ValueError, TypeError), match=match):
+        g.set_state(state)
+    assert g.get_state() == before  # a refused state changes nothing
+
+
+@pytest.mark.parametrize("seed, error", [(-1, ValueError), (2**64, ValueError), (1.5, TypeError), ("7", TypeError),
+                                         (True, TypeError)])
+def test_bad_seeds_are_refused(seed, error):
+    with pytest.raises(error, match=r"seed must be an integer in \[0, 2\*\*64\)"):
+        xrand.Generator(seed, stream="pcg64")
+    with pytest.raises(error):
+        xrand.Generator(0, stream="pcg64").manual_seed(seed)
+    with pytest.raises(error):
+        xrand.manual_seed(seed)
+
+
+def test_largest_seed_is_accepted():
+    xrand.Generator(2**64 - 1, stream="pcg64").normal((2,))
+
+
+def test_unknown_stream_and_stream_options():
+    with pytest.raises(ValueError, match="unknown stream 'mt'.*pcg64"):
+        xrand.Generator(0, stream="mt")
+    with pytest.raises(TypeError, match="takes no options"):
+        xrand.Generator(0, stream="pcg64", engine="fast")
+
+
+def test_manual_seed_seeds_loaded_frameworks_without_importing_others():
+    out = run_python(
+        "import sys, numpy as np, xrand; xrand.manual_seed(5); a = np.random.rand();"
+        "np.random.seed(5); print(a == np.random.rand(), 'torch' in sys.modules, 'mindspore' in sys.modules)"
+    )
+    assert out.stdout.split() == ["True", "False", "False"], out.stderr
+
+
+def test_manual_seed_seeds_torch_when_loaded():
+    torch = pytest.importorskip("torch")
+    xrand.manual_seed(21)
+    a = torch.rand(3)
+    torch.manual_seed(21)
+    assert torch.equal(a, torch.rand(3))
