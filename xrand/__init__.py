@@ -40,3 +40,7 @@ __all__ = [
     "stream_names",
     "use_backend",
 ]
+
+from .pipelines.patch import is_patched, patch, patched, unpatch  # noqa: E402
+
+__all__ += ["is_patched", "patch", "patched", "unpatch"]

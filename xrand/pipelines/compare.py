@@ -1,0 +1,170 @@
+"""How far apart two sides end up: metrics, lockstep local error, verdict, and the whole run.
+
+Free running compares the two pipelines' own trajectories (global error, which the sampler
+may amplify). Lockstep feeds both UNets and schedulers the same input at every step, taken
+from the torch trajectory, so its per-step (local) error isolates operator differences.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+from .ddim import Settings, Side
+
+#: mindone's own torch-vs-MindSpore pipeline tests accept these relative L2 errors.
+DEFAULT_TOLERANCE = {"float32": 5e-3, "float16": 5e-2}
+
+
+def metrics(reference: np.ndarray, other: np.ndarray, data_range: Optional[float] = None) -> Dict[str, float]:
+    """max and mean |a-b|, relative L2 ``||a-b|| / ||a||`` and (with a data range) PSNR in dB."""
+    a = np.asarray(reference, dtype=np.float64)
+    b = np.asarray(other, dtype=np.float64)
+    if a.shape != b.shape:
+        raise ValueError(f"cannot compare arrays of shapes {a.shape} and {b.shape}")
+    diff = a - b
+    norm = float(np.linalg.norm(a))
+    out = {
+        "max_abs": float(np.max(np.abs(diff))) if diff.size else 0.0,
+        "mean_abs": float(np.mean(np.abs(diff))) if diff.size else 0.0,
+        "rel_l2": float(np.linalg.norm(diff) / norm) if norm > 0 else float(np.linalg.norm(diff)),
+    }
+    if data_range is not None:
+        mse = float(np.mean(diff**2)) if diff.size else 0.0
+        out["psnr_db"] = math.inf if mse == 0 else 10 * math.log10(data_range**2 / mse)
+    return out
+
+
+@dataclass
+class Comparison:
+    """The result of comparing two sides, as the report holds it."""
+
+    settings: Settings
+    frameworks: List[str]
+    tolerance: float
+    final: Dict[str, float]
+    initial_noise: Dict[str, float]
+    global_steps: List[Dict[str, float]]
+    local_steps: Optional[List[Dict[str, Any]]]
+    timesteps: List[int]
+    seconds: Dict[str, float]
+    environments: Dict[str, Dict[str, Any]]
+    images: Dict[str, np.ndarray] = field(repr=False, default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return self.final["rel_l2"] <= self.tolerance
+
+    def verdict(self) -> str:
+        a, b = self.frameworks
+        word = "PASS" if self.passed else "FAIL"
+        return (f"{word}: {a} vs {b} after {self.settings.steps} steps, relative L2 {self.final['rel_l2']:.3g} "
+                f"(tolerance {self.tolerance:g}), max |diff| {self.final['max_abs']:.3g}, "
+                f"PSNR {self.final['psnr_db']:.1f} dB")
+
+
+def compare_sides(a: Side, b: Side, tolerance: Optional[float] = None,
+                  local_steps: Optional[List[Dict[str, Any]]] = None) -> Comparison:
+    """Compare two recorded sides; ``ValueError`` if their settings or models differ."""
+    check_comparable(a, b)
+    tolerance = DEFAULT_TOLERANCE[a.settings.dtype] if tolerance is None else check_tolerance(tolerance)
+    return Comparison(
+        settings=a.settings,
+        frameworks=[a.framework, b.framework],
+        tolerance=tolerance,
+        final=metrics(a.images, b.images, data_range=1.0),
+        initial_noise=metrics(a.initial_noise, b.initial_noise),
+        global_steps=[metrics(x, y) for x, y in zip(a.states, b.states)],
+        local_steps=local_steps,
+        timesteps=list(a.timesteps),
+        seconds={a.framework + ("" if a.framework != b.framework else " (a)"): a.seconds,
+                 b.framework + ("" if a.framework != b.framework else " (b)"): b.seconds},
+        environments={"a": a.environment, "b": b.environment},
+        images={"a": a.images, "b": b.images},
+    )
+
+
+def check_tolerance(tolerance: Any) -> float:
+    if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not tolerance >= 0 \
+            or math.isinf(tolerance):
+        raise ValueError(f"tolerance must be a finite number >= 0, got {tolerance!r}")
+    return float(tolerance)
+
+
+def check_comparable(a: Side, b: Side) -> None:
+    mismatched = [
+        f"{key}: {getattr(a.settings, key)!r} vs {getattr(b.settings, key)!r}"
+        for key in ("steps", "seed", "batch_size", "eta", "stream", "dtype")
+        if getattr(a.settings, key) != getattr(b.settings, key)
+    ]
+    if a.model_fingerprint != b.model_fingerprint:
+        mismatched.append(f"model: {a.model_fingerprint} vs {b.model_fingerprint}")
+    if a.images.shape != b.images.shape or a.states.shape != b.states.shape:
+        mismatched.append(f"image shapes: {a.images.shape} vs {b.images.shape}")
+    if list(a.timesteps) != list(b.timesteps):
+        mismatched.append("timesteps differ")
+    if mismatched:
+        raise ValueError("the two runs are not comparable: " + "; ".join(mismatched))
+
+
+def lockstep(torch_pipe: Any, ms_pipe: Any, settings: Settings, torch_side: Side) -> List[Dict[str, Any]]:
+    """Per-step local error: both UNets and schedulers fed torch's sample at every step."""
+    import mindspore as ms
+    import torch
+
+    from ..generator import Generator
+    from .patch import patched
+
+    inputs = [torch_side.initial_noise] + list(torch_side.states[:-1])
+    torch_dtype, ms_dtype = getattr(torch, settings.dtype), getattr(ms, settings.dtype)
+    # Two generators drawn exactly as in free running: the initial noise first, then per step.
+    gens = [Generator(settings.seed, stream=settings.stream) for _ in range(2)]
+    for g in gens:
+        g.normal(inputs[0].shape, settings.dtype)
+    torch_pipe.scheduler.set_timesteps(settings.steps)
+    ms_pipe.scheduler.set_timesteps(settings.steps)
+    device = torch_pipe.unet.device
+    rows = []
+    with patched(), torch.no_grad():
+        for i, t in enumerate(torch_pipe.scheduler.timesteps):
+            x_pt = torch.from_numpy(inputs[i]).to(device=device, dtype=torch_dtype)
+            x_ms = ms.tensor(inputs[i], dtype=ms_dtype)
+            eps_pt = torch_pipe.unet(x_pt, t).sample
+            eps_ms = ms_pipe.unet(x_ms, ms_pipe.scheduler.timesteps[i])[0]
+            out_pt = torch_pipe.scheduler.step(eps_pt, t, x_pt, eta=settings.eta, generator=gens[0]).prev_sample
+            out_ms = ms_pipe.scheduler.step(eps_ms, ms_pipe.scheduler.timesteps[i], x_ms, eta=settings.eta,
+                                            generator=gens[1])[0]
+            rows.append({
+                "timestep": int(t),
+                "model_output": metrics(eps_pt.float().cpu().numpy(), eps_ms.float().asnumpy()),
+                "sample": metrics(out_pt.float().cpu().numpy(), out_ms.float().asnumpy()),
+            })
+    return rows
+
+
+def compare_frameworks(settings: Settings, torch_device: str = "cpu", mindspore_device: Optional[str] = None,
+                       tolerance: Optional[float] = None, lockstep_mode: bool = False,
+                       quiet: bool = False) -> Comparison:
+    """Run diffusers on torch and mindone on MindSpore from one seed and compare them."""
+    from .ddim import _mindspore_device, load_mindspore_pipeline, load_torch_pipeline, run_pipeline
+    from .environment import fingerprint
+
+    settings.check()
+    if tolerance is not None:
+        check_tolerance(tolerance)
+    ms_device = _mindspore_device(mindspore_device)
+    torch_pipe = load_torch_pipeline(settings.model, settings.dtype, torch_device, quiet)
+    ms_pipe = load_mindspore_pipeline(settings.model, settings.dtype, quiet)
+    a = run_pipeline("torch", torch_pipe, settings, torch_device)
+    b = run_pipeline("mindspore", ms_pipe, settings, ms_device)
+    a.environment = fingerprint(["torch"])
+    b.environment = fingerprint(["mindspore"])
+    local = None
+    if lockstep_mode:
+        start = time.perf_counter()
+        local = lockstep(torch_pipe, ms_pipe, settings, a)
+        a.environment["lockstep_seconds"] = time.perf_counter() - start
+    return compare_sides(a, b, tolerance, local)

@@ -1,0 +1,104 @@
+"""Let diffusers and mindone.diffusers pipelines and schedulers take ``xrand.Generator``.
+
+Both libraries import ``randn_tensor`` by name into every pipeline and scheduler module
+(``from ...utils.torch_utils import randn_tensor``), so the patch replaces the name in the
+defining module (covering modules imported later) and in every module already imported.
+Native ``torch.Generator`` / ``numpy.random.Generator`` arguments go to the original function.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import sys
+import threading
+from typing import Any, Callable, Dict, Iterator, Tuple
+
+from ..generator import Generator
+from ..registry import use_backend
+
+# (defining module, function name, backend, library package prefix)
+TARGETS = (
+    ("diffusers.utils.torch_utils", "randn_tensor", "torch", "diffusers"),
+    ("mindone.diffusers.utils.mindspore_utils", "randn_tensor", "mindspore", "mindone.diffusers"),
+    ("mindone.diffusers.utils.mindspore_utils", "randn", "mindspore", "mindone.diffusers"),
+)
+
+_lock = threading.Lock()
+_originals: Dict[Tuple[str, str], Callable] = {}
+
+
+def _is_xrand(generator: Any) -> bool:
+    if isinstance(generator, (list, tuple)):
+        return bool(generator) and isinstance(generator[0], Generator)
+    return isinstance(generator, Generator)
+
+
+def _wrap(original: Callable, backend_name: str) -> Callable:
+    @functools.wraps(original)
+    def randn_tensor(shape, generator=None, *args, **kwargs):
+        if not _is_xrand(generator):
+            return original(shape, generator, *args, **kwargs)
+        from ..noise import randn_tensor as xrand_randn_tensor
+
+        with use_backend(backend_name):
+            return xrand_randn_tensor(shape, generator, *args, **kwargs)
+
+    randn_tensor.__xrand_original__ = original
+    return randn_tensor
+
+
+def _replace_everywhere(prefix: str, old: Callable, new: Callable, name: str) -> None:
+    for module_name, module in list(sys.modules.items()):
+        if module is None or not (module_name == prefix or module_name.startswith(prefix + ".")):
+            continue
+        if getattr(module, name, None) is old:
+            setattr(module, name, new)
+
+
+def patch() -> None:
+    """Patch every installed library in TARGETS (importing them); calling it twice is harmless."""
+    import importlib
+    import importlib.util
+
+    with _lock:
+        for module_name, name, backend_name, prefix in TARGETS:
+            if (module_name, name) in _originals:
+                continue
+            top = module_name.split(".")[0]
+            if importlib.util.find_spec(top) is None:
+                continue
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError:
+                continue  # e.g. mindone installed without a working MindSpore
+            original = getattr(module, name)
+            patched_fn = _wrap(original, backend_name)
+            _originals[(module_name, name)] = original
+            _replace_everywhere(prefix, original, patched_fn, name)
+
+
+def unpatch() -> None:
+    """Put every original function back, also in modules imported while patched."""
+    with _lock:
+        for (module_name, name), original in list(_originals.items()):
+            prefix = next(p for m, n, _, p in TARGETS if (m, n) == (module_name, name))
+            current = getattr(sys.modules[module_name], name)
+            if getattr(current, "__xrand_original__", None) is original:
+                _replace_everywhere(prefix, current, original, name)
+            del _originals[(module_name, name)]
+
+
+def is_patched() -> bool:
+    return bool(_originals)
+
+
+@contextlib.contextmanager
+def patched() -> Iterator[None]:
+    """``with xrand.patched():`` pipelines accept xrand generators inside the block."""
+    was = is_patched()
+    patch()
+    try:
+        yield
+    finally:
+        if not was:
+            unpatch()
