@@ -17,6 +17,7 @@ import numpy as np
 
 from ..generator import Generator
 from .patch import patched
+from .quiet import silenced
 
 FRAMEWORKS = ("torch", "mindspore")
 DTYPES = ("float32", "float16")
@@ -126,23 +127,29 @@ class _StepRecorder:
 
 
 def load_torch_pipeline(model: str, dtype: str = "float32", device: str = "cpu", quiet: bool = False):
-    import torch
-    from diffusers import DDIMPipeline
+    check_model(model)
+    with silenced():
+        import torch
+        from diffusers import DDIMPipeline
 
-    pipe = DDIMPipeline.from_pretrained(check_model(model), torch_dtype=getattr(torch, dtype))
+    with silenced():
+        pipe = DDIMPipeline.from_pretrained(check_model(model), torch_dtype=getattr(torch, dtype))
     pipe.to(device)
     pipe.set_progress_bar_config(disable=quiet, desc="torch")
     return pipe
 
 
 def load_mindspore_pipeline(model: str, dtype: str = "float32", quiet: bool = False):
-    import mindspore as ms
-    from mindone.diffusers import DDIMPipeline
+    check_model(model)
+    with silenced():
+        import mindspore as ms
+        from mindone.diffusers import DDIMPipeline
 
     from . import mindspore_cpu
 
     mindspore_cpu.install()  # no-op unless MindSpore runs on a CPU
-    pipe = DDIMPipeline.from_pretrained(check_model(model), mindspore_dtype=getattr(ms, dtype))
+    with silenced():
+        pipe = DDIMPipeline.from_pretrained(check_model(model), mindspore_dtype=getattr(ms, dtype))
     pipe.set_progress_bar_config(disable=quiet, desc="mindspore")
     return pipe
 

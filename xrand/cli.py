@@ -1,0 +1,203 @@
+"""Command line: ``xrand compare``, ``xrand run``, ``xrand doctor``.
+
+Exit status: 0 when a comparison passes (or a command succeeds), 1 when it fails its
+tolerance, 2 for a user error (one line on stderr, no traceback).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Dict, List, Optional
+
+USER_ERRORS = (ValueError, TypeError, FileNotFoundError, NotADirectoryError, PermissionError, RuntimeError)
+
+
+class UserError(Exception):
+    """A mistake in the command line, reported in one line."""
+
+
+def default_model() -> str:
+    """The digits model shipped inside the package (trained by scripts/train_digits.py)."""
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "models", "digits")
+
+
+def import_frameworks(names: List[str]) -> None:
+    from .pipelines.quiet import silenced
+
+    with silenced():
+        for name in names:
+            if name == "torch":
+                import diffusers  # noqa: F401
+            elif name == "mindspore":
+                import mindone.diffusers  # noqa: F401
+
+
+def _settings(args) -> "Settings":
+    from .pipelines.ddim import Settings
+
+    from .pipelines.ddim import check_model
+
+    settings = Settings(model=args.model or default_model(), steps=args.steps, seed=args.seed,
+                        batch_size=args.batch_size, eta=args.eta, stream=args.stream, dtype=args.dtype).check()
+    check_model(settings.model)
+    return settings
+
+
+def _devices(pairs: List[str]) -> Dict[str, str]:
+    devices = {}
+    for pair in pairs or []:
+        framework, sep, device = pair.partition("=")
+        if not sep or framework not in ("torch", "mindspore") or not device:
+            raise UserError(f"--device {pair!r}: expected FRAMEWORK=DEVICE with FRAMEWORK torch or mindspore, "
+                            "e.g. torch=cuda:0 or mindspore=Ascend")
+        devices[framework] = device
+    return devices
+
+
+def _say(args, text: str) -> None:
+    if not args.quiet:
+        print(text, flush=True)
+
+
+def cmd_compare(args) -> int:
+    from .pipelines.compare import check_tolerance, compare_frameworks, compare_sides
+    from .pipelines.report import write_report
+
+    if args.tolerance is not None:
+        check_tolerance(args.tolerance)
+    out_dir = args.out or time.strftime("xrand-compare-%Y%m%d-%H%M%S")
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise UserError(f"--out {out_dir!r} exists and is not a folder")
+    if args.files:
+        if len(args.files) != 2:
+            raise UserError(f"compare takes two side files (from 'xrand run'), got {len(args.files)}")
+        from .pipelines.sidefile import load_side
+
+        a, b = (load_side(path) for path in args.files)
+        if args.lockstep:
+            raise UserError("--lockstep needs both frameworks in one process; it cannot work from side files")
+        comparison = compare_sides(a, b, args.tolerance)
+    else:
+        settings = _settings(args)
+        devices = _devices(args.device)
+        _say(args, f"xrand: comparing diffusers (torch) and mindone.diffusers (MindSpore) on {settings.model}")
+        import_frameworks(["torch", "mindspore"])
+        comparison = compare_frameworks(settings, torch_device=devices.get("torch", "cpu"),
+                                        mindspore_device=devices.get("mindspore"), tolerance=args.tolerance,
+                                        lockstep_mode=args.lockstep, quiet=args.quiet)
+    paths = write_report(comparison, out_dir)
+    if args.quiet:
+        print(json.dumps({"verdict": "pass" if comparison.passed else "fail", "out": out_dir}))
+    else:
+        print(comparison.verdict())
+        print(f"xrand: report and pictures in {out_dir}/ ({', '.join(os.path.basename(p) for p in paths.values())})")
+    return 0 if comparison.passed else 1
+
+
+def cmd_run(args) -> int:
+    from .pipelines.ddim import run_side
+    from .pipelines.sidefile import save_side
+
+    if args.backend not in ("torch", "mindspore"):
+        raise UserError(f"--backend {args.backend!r}: accepted: torch, mindspore")
+    settings = _settings(args)
+    device = _devices(args.device).get(args.backend)
+    import_frameworks([args.backend])
+    side = run_side(args.backend, settings, device=device, quiet=args.quiet)
+    save_side(side, args.out)
+    _say(args, f"xrand: {args.backend} side of {settings.steps} steps written to {args.out} "
+               f"({side.seconds:.2f} s)")
+    return 0
+
+
+def cmd_doctor(args) -> int:
+    from .pipelines.environment import fingerprint
+    from .registry import available_backends, get_backend
+
+    rows = available_backends()
+    usable = [r.name for r in rows if r.available and r.name in ("torch", "mindspore")]
+    import_frameworks(usable)
+    info = {
+        "active_backend": get_backend(),
+        "backends": [{"name": r.name, "available": r.available, "reason": r.reason} for r in rows],
+        "environment": fingerprint(usable),
+    }
+    try:
+        from .streams.torch_cpu import torch_kernel
+
+        info["torch_cpu_kernel"] = torch_kernel()
+    except Exception as exc:  # no torch or no stream module: say why
+        info["torch_cpu_kernel"] = f"unknown ({exc})"
+    if args.json:
+        print(json.dumps(info, indent=2, default=str))
+        return 0
+    print("xrand backends:")
+    for r in rows:
+        print(f"  {r.name:<10} {'available' if r.available else 'unavailable: ' + str(r.reason)}")
+    print(f"active backend: {info['active_backend']}")
+    print(f"torch CPU kernel: {info['torch_cpu_kernel']}")
+    print("environment:")
+    for key, value in info["environment"].items():
+        print(f"  {key}: {value}")
+    return 0
+
+
+def _add_settings(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", help="local diffusers folder or hub id (default: the embedded digits model)")
+    p.add_argument("--steps", type=int, default=50, help="DDIM steps (default 50)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the xrand generator (default 0)")
+    p.add_argument("--batch-size", type=int, default=4, help="images per run (default 4)")
+    p.add_argument("--eta", type=float, default=0.0, help="DDIM eta in [0, 1] (default 0)")
+    p.add_argument("--stream", default="torch-cpu", help="noise stream: torch-cpu (default), torch-cuda, pcg64")
+    p.add_argument("--dtype", default="float32", choices=["float32", "float16"], help="model dtype")
+    p.add_argument("--device", action="append", metavar="FRAMEWORK=DEVICE",
+                   help="device per framework, e.g. torch=cuda or mindspore=Ascend (repeatable; default CPU)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars; one JSON line of result")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="xrand", description="Reproducible diffusion noise across frameworks.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("compare", help="run the same DDIM pipeline on torch and MindSpore and compare them "
+                                       "(no arguments: the embedded digits model, offline)")
+    p.add_argument("files", nargs="*", metavar="SIDE_FILE", help="two files from 'xrand run' to compare instead")
+    _add_settings(p)
+    p.add_argument("--tolerance", type=float, help="relative L2 limit for PASS (default 5e-3 fp32, 5e-2 fp16)")
+    p.add_argument("--out", help="output folder (default: xrand-compare-DATE-TIME)")
+    p.add_argument("--lockstep", action="store_true", help="also feed both UNets the same input at each step")
+    p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("run", help="run one framework's side and save it for 'xrand compare A B'")
+    p.add_argument("--backend", required=True, help="torch or mindspore")
+    p.add_argument("--out", required=True, help="side file to write (.safetensors)")
+    _add_settings(p)
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("doctor", help="which backends work here, and the environment fingerprint")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_doctor)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        return args.func(args)
+    except (UserError,) + USER_ERRORS as exc:
+        print(f"xrand {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"xrand {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,47 @@
+"""Keep the frameworks' import and loading chatter out of xrand's output."""
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import warnings
+from typing import Iterator
+
+_QUIET_ENV = {
+    "TRANSFORMERS_VERBOSITY": "error",
+    "DIFFUSERS_VERBOSITY": "error",
+    "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1",
+    "GLOG_v": "3",  # MindSpore's log level: errors only
+}
+
+
+@contextlib.contextmanager
+def silenced() -> Iterator[None]:
+    """Send file descriptors 1 and 2 to /dev/null inside the block.
+
+    transformers (imported by mindone) prints "Config not found for parakeet" at import and
+    model-loading time, and diffusers prints loading progress bars; errors still raise.
+    """
+    for key, value in _QUIET_ENV.items():
+        os.environ.setdefault(key, value)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            os.dup2(devnull, 1)
+            os.dup2(devnull, 2)
+            yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in saved + [devnull]:
+            os.close(fd)
+    for name in ("diffusers.utils.logging", "mindone.diffusers.utils.logging", "transformers.utils.logging"):
+        module = sys.modules.get(name)
+        if module is not None:
+            module.set_verbosity_error()
