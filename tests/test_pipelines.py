@@ -1,0 +1,219 @@
+"""The DDIM comparison end to end on a tiny model: patching, both pipelines, report, side files."""
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+
+import xrand
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("diffusers")
+ms = pytest.importorskip("mindspore")
+pytest.importorskip("mindone.diffusers")
+
+from xrand.pipelines.compare import compare_frameworks, compare_sides  # noqa: E402
+from xrand.pipelines.ddim import Settings, run_side  # noqa: E402
+from xrand.pipelines.report import write_report  # noqa: E402
+from xrand.pipelines.sidefile import load_side, save_side  # noqa: E402
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def make_tiny_model(path):
+    """A random 1-channel UNet2DModel with an attention block, saved as diffusers does."""
+    from diffusers import DDPMPipeline, DDPMScheduler, UNet2DModel
+
+    torch.manual_seed(0)
+    unet = UNet2DModel(sample_size=8, in_channels=1, out_channels=1, block_out_channels=(16, 32),
+                       layers_per_block=1, down_block_types=("DownBlock2D", "AttnDownBlock2D"),
+                       up_block_types=("AttnUpBlock2D", "UpBlock2D"), norm_num_groups=8)
+    DDPMPipeline(unet=unet, scheduler=DDPMScheduler(num_train_timesteps=1000)).save_pretrained(
+        str(path), safe_serialization=True)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+
+
+@pytest.fixture(scope="module")
+def eta1_comparison(tiny_model):
+    settings = Settings(model=tiny_model, steps=4, seed=3, batch_size=2, eta=1.0)
+    return compare_frameworks(settings, lockstep_mode=True, quiet=True)
+
+
+# -- patching ------------------------------------------------------------------------------------------
+def test_patch_reaches_every_module_and_unpatch_restores_them():
+    import diffusers.pipelines.ddim.pipeline_ddim as pipeline_module
+    import diffusers.utils.torch_utils as torch_utils
+
+    original = torch_utils.randn_tensor
+    xrand.patch()
+    try:
+        assert xrand.is_patched()
+        assert pipeline_module.randn_tensor is torch_utils.randn_tensor is not original
+        sys.modules.pop("diffusers.schedulers.scheduling_euler_ancestral_discrete", None)
+        import diffusers.schedulers.scheduling_euler_ancestral_discrete as late  # imported while patched
+
+        assert late.randn_tensor is torch_utils.randn_tensor
+    finally:
+        xrand.unpatch()
+    assert not xrand.is_patched()
+    assert pipeline_module.randn_tensor is original and late.randn_tensor is original
+    assert torch_utils.randn_tensor is original
+
+
+def test_patched_context_and_native_generators_unchanged():
+    from diffusers.utils import torch_utils
+
+    expected = torch_utils.randn_tensor((2, 3), generator=torch.Generator().manual_seed(4))
+    with xrand.patched():
+        got = torch_utils.randn_tensor((2, 3), generator=torch.Generator().manual_seed(4))
+        from_xrand = torch_utils.randn_tensor((2, 3), generator=xrand.Generator(4))
+    assert torch.equal(got, expected) and torch.equal(from_xrand, expected)
+    assert not xrand.is_patched()
+
+
+def test_mindone_native_numpy_generator_unchanged_when_patched():
+    from mindone.diffusers.utils import mindspore_utils
+
+    expected = mindspore_utils.randn_tensor((2, 3), generator=np.random.default_rng(1), dtype=ms.float32)
+    with xrand.patched():
+        got = mindspore_utils.randn_tensor((2, 3), generator=np.random.default_rng(1), dtype=ms.float32)
+        from_xrand = mindspore_utils.randn_tensor((2, 3), generator=xrand.Generator(1, stream="pcg64"),
+                                                  dtype=ms.float32)
+    np.testing.assert_array_equal(got.asnumpy(), expected.asnumpy())
+    np.testing.assert_array_equal(from_xrand.asnumpy(), expected.asnumpy())
+
+
+def test_torch_pipeline_with_xrand_generator_equals_torch_generator(tiny_model):
+    from diffusers import DDIMPipeline
+
+    pipe = DDIMPipeline.from_pretrained(tiny_model)
+    pipe.set_progress_bar_config(disable=True)
+    for eta in (0.0, 1.0):
+        native = pipe(batch_size=2, generator=torch.Generator().manual_seed(9), num_inference_steps=3, eta=eta,
+                      output_type="np").images
+        with xrand.patched():
+            ours = pipe(batch_size=2, generator=xrand.Generator(9), num_inference_steps=3, eta=eta,
+                        output_type="np").images
+        np.testing.assert_array_equal(ours, native)
+
+
+# -- the comparison -------------------------------------------------------------------------------------
+def test_both_frameworks_get_bit_identical_initial_noise(eta1_comparison):
+    assert eta1_comparison.initial_noise == {"max_abs": 0.0, "mean_abs": 0.0, "rel_l2": 0.0}
+
+
+def test_eta1_within_tolerance_with_lockstep(eta1_comparison):
+    c = eta1_comparison
+    assert c.passed, c.verdict()
+    assert c.final["rel_l2"] < 1e-4 and c.final["psnr_db"] > 60
+    assert len(c.global_steps) == len(c.local_steps) == 4
+    assert all(row["sample"]["rel_l2"] < 1e-4 for row in c.local_steps)
+    assert c.timesteps == [750, 500, 250, 0]
+
+
+def test_eta0_within_tolerance(tiny_model):
+    c = compare_frameworks(Settings(model=tiny_model, steps=3, seed=0, batch_size=1, eta=0.0), quiet=True)
+    assert c.passed, c.verdict()
+    assert c.initial_noise["max_abs"] == 0.0
+    assert c.local_steps is None
+
+
+def test_tolerance_decides_the_verdict(eta1_comparison):
+    strict = compare_sides_from(eta1_comparison, tolerance=0.0)
+    assert not strict.passed and strict.verdict().startswith("FAIL")
+
+
+def compare_sides_from(c, tolerance):
+    from dataclasses import replace
+
+    return replace(c, tolerance=tolerance)
+
+
+def test_report_and_pictures_are_written_and_valid(eta1_comparison, tmp_path):
+    paths = write_report(eta1_comparison, str(tmp_path / "out"))
+    report = json.loads(open(paths["report.json"]).read())
+    assert report["verdict"] == "pass"
+    assert report["settings"]["eta"] == 1.0 and report["settings"]["stream"] == "torch-cpu"
+    assert len(report["steps"]) == 4 and "local" in report["steps"][0] and "global" in report["steps"][0]
+    assert report["environment"]["a"]["torch"] == torch.__version__
+    assert report["environment"]["b"]["mindspore"] == ms.__version__
+    import matplotlib.image
+
+    for name in ("comparison.png", "divergence.png"):
+        with open(paths[name], "rb") as f:
+            assert f.read(8) == PNG_SIGNATURE
+        image = matplotlib.image.imread(paths[name])
+        assert image.shape[0] > 100 and image.shape[1] > 100
+    assert sorted(os.listdir(tmp_path / "out")) == ["comparison.png", "divergence.png", "report.json"]
+
+
+# -- side files ------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def side_files(tiny_model, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("sides")
+    settings = dict(model=tiny_model, steps=2, seed=5, batch_size=1, eta=0.0)
+    a = save_side(run_side("torch", Settings(**settings), quiet=True), str(folder / "torch.safetensors"))
+    b = save_side(run_side("mindspore", Settings(**settings), quiet=True), str(folder / "ms.safetensors"))
+    c = save_side(run_side("torch", Settings(**dict(settings, seed=6)), quiet=True), str(folder / "seed6.safetensors"))
+    return a, b, c
+
+
+def test_side_files_compare_like_in_process(side_files):
+    a, b, _ = side_files
+    c = compare_sides(load_side(a), load_side(b))
+    assert c.passed and c.initial_noise["max_abs"] == 0.0
+    assert c.frameworks == ["torch", "mindspore"]
+
+
+def test_side_files_with_other_settings_are_refused(side_files):
+    a, _, other = side_files
+    with pytest.raises(ValueError, match="not comparable: seed: 5 vs 6"):
+        compare_sides(load_side(a), load_side(other))
+
+
+def test_truncated_side_file_is_refused(side_files, tmp_path):
+    data = open(side_files[0], "rb").read()
+    broken = tmp_path / "broken.safetensors"
+    broken.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match="not a readable xrand side file"):
+        load_side(str(broken))
+
+
+def test_plain_safetensors_is_not_a_side_file(tmp_path):
+    from safetensors.numpy import save_file
+
+    path = str(tmp_path / "plain.safetensors")
+    save_file({"x": np.zeros(3, np.float32)}, path)
+    with pytest.raises(ValueError, match="not an xrand side file"):
+        load_side(path)
+
+
+# -- bad models and settings -------------------------------------------------------------------------------
+def test_missing_and_incomplete_model_folders(tmp_path):
+    from xrand.pipelines.ddim import check_model
+
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        check_model(str(tmp_path / "nope"))
+    (tmp_path / "m" / "unet").mkdir(parents=True)
+    with pytest.raises(FileNotFoundError, match="has no unet/config.json"):
+        check_model(str(tmp_path / "m"))
+
+
+@pytest.mark.parametrize("field, value, match", [
+    ("steps", 0, "steps must be a positive integer"),
+    ("steps", 5000, "at most 1000"),
+    ("batch_size", -1, "batch_size must be a positive integer"),
+    ("eta", 2.0, r"eta must be a number in \[0, 1\]"),
+    ("stream", "mt", "unknown stream 'mt'"),
+    ("dtype", "bfloat16", "unknown dtype 'bfloat16' for the pipelines"),
+    ("seed", -5, "seed must be an integer"),
+])
+def test_bad_settings(field, value, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        Settings(**{"model": "x", field: value}).check()
