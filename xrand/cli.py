@@ -53,6 +53,8 @@ def _devices(pairs: List[str]) -> Dict[str, str]:
         if not sep or framework not in ("torch", "mindspore") or not device:
             raise UserError(f"--device {pair!r}: expected FRAMEWORK=DEVICE with FRAMEWORK torch or mindspore, "
                             "e.g. torch=cuda:0 or mindspore=Ascend")
+        if framework == "mindspore" and device.partition(":")[0].lower() not in ("cpu", "gpu", "ascend"):
+            raise UserError(f"unknown MindSpore device {device!r}; accepted: CPU, GPU, Ascend")
         devices[framework] = device
     return devices
 
@@ -81,8 +83,8 @@ def cmd_compare(args) -> int:
             raise UserError("--lockstep needs both frameworks in one process; it cannot work from side files")
         comparison = compare_sides(a, b, args.tolerance)
     else:
-        settings = _settings(args)
         devices = _devices(args.device)
+        settings = _settings(args)
         _say(args, f"xrand: comparing diffusers (torch) and mindone.diffusers (MindSpore) on {settings.model}")
         import_frameworks(["torch", "mindspore"])
         comparison = compare_frameworks(settings, torch_device=devices.get("torch", "cpu"),
@@ -103,8 +105,8 @@ def cmd_run(args) -> int:
 
     if args.backend not in ("torch", "mindspore"):
         raise UserError(f"--backend {args.backend!r}: accepted: torch, mindspore")
-    settings = _settings(args)
     device = _devices(args.device).get(args.backend)
+    settings = _settings(args)
     import_frameworks([args.backend])
     side = run_side(args.backend, settings, device=device, quiet=args.quiet)
     save_side(side, args.out)

@@ -7,11 +7,12 @@ Both get noise from an ``xrand.Generator`` through :func:`xrand.patched`, and ev
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import numpy as np
 
@@ -132,8 +133,8 @@ def load_torch_pipeline(model: str, dtype: str = "float32", device: str = "cpu",
         import torch
         from diffusers import DDIMPipeline
 
-    with silenced():
-        pipe = DDIMPipeline.from_pretrained(check_model(model), torch_dtype=getattr(torch, dtype))
+    with silenced(), _load_errors(model, "diffusers"):
+        pipe = DDIMPipeline.from_pretrained(model, torch_dtype=getattr(torch, dtype))
     pipe.to(device)
     pipe.set_progress_bar_config(disable=quiet, desc="torch")
     return pipe
@@ -148,10 +149,20 @@ def load_mindspore_pipeline(model: str, dtype: str = "float32", quiet: bool = Fa
     from . import mindspore_cpu
 
     mindspore_cpu.install()  # no-op unless MindSpore runs on a CPU
-    with silenced():
-        pipe = DDIMPipeline.from_pretrained(check_model(model), mindspore_dtype=getattr(ms, dtype))
+    with silenced(), _load_errors(model, "mindone.diffusers"):
+        pipe = DDIMPipeline.from_pretrained(model, mindspore_dtype=getattr(ms, dtype))
     pipe.set_progress_bar_config(disable=quiet, desc="mindspore")
     return pipe
+
+
+@contextlib.contextmanager
+def _load_errors(model: str, library: str) -> Iterator[None]:
+    """A model that fails to load (corrupt weights, bad config, no hub) is a user error."""
+    try:
+        yield
+    except (OSError, ValueError, KeyError, EnvironmentError) as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"{library} could not load the model {model!r}: {first_line}") from exc
 
 
 def torch_to_numpy(tensor) -> np.ndarray:

@@ -1,0 +1,108 @@
+"""The command line: exit codes, one-line errors without tracebacks, outputs, no partial files."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from xrand.cli import main
+
+pytest.importorskip("torch")
+pytest.importorskip("mindone.diffusers")
+
+from test_pipelines import make_tiny_model  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    return make_tiny_model(tmp_path_factory.mktemp("cli") / "model")
+
+
+def xrand_cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "xrand", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=600)
+
+
+def test_compare_writes_report_and_pictures_quietly(tiny_model, tmp_path):
+    out = xrand_cli("compare", "--model", tiny_model, "--steps", "2", "--batch-size", "1", "--quiet",
+                    "--out", str(tmp_path / "o"))
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == {"verdict": "pass", "out": str(tmp_path / "o")}
+    assert out.stderr == ""  # no framework chatter, no progress bars
+    assert sorted(os.listdir(tmp_path / "o")) == ["comparison.png", "divergence.png", "report.json"]
+
+
+def test_run_then_compare_two_files(tiny_model, tmp_path):
+    for backend in ("torch", "mindspore"):
+        out = xrand_cli("run", "--backend", backend, "--model", tiny_model, "--steps", "2", "--batch-size", "1",
+                        "--eta", "1", "--quiet", "--out", str(tmp_path / f"{backend}.safetensors"))
+        assert out.returncode == 0, out.stderr
+    out = xrand_cli("compare", str(tmp_path / "torch.safetensors"), str(tmp_path / "mindspore.safetensors"),
+                    "--out", str(tmp_path / "o"))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("PASS: torch vs mindspore after 2 steps")
+
+
+def test_failing_tolerance_exits_1(tiny_model, tmp_path):
+    code = main(["compare", "--model", tiny_model, "--steps", "1", "--batch-size", "1", "--tolerance", "0",
+                 "--quiet", "--out", str(tmp_path / "o")])
+    assert code == 1
+    assert json.load(open(tmp_path / "o" / "report.json"))["verdict"] == "fail"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["compare", "--model", "/no/such/model"], "model folder '/no/such/model' does not exist"),
+    (["compare", "--steps", "0"], "steps must be a positive integer, got 0"),
+    (["compare", "--eta", "3"], r"eta must be a number in [0, 1], got 3.0"),
+    (["compare", "--stream", "mt"], "unknown stream 'mt'"),
+    (["compare", "--seed", "-1"], "seed must be an integer in [0, 2**64), got -1"),
+    (["compare", "--tolerance", "-1"], "tolerance must be a finite number >= 0, got -1.0"),
+    (["compare", "--device", "jax=tpu"], "--device 'jax=tpu': expected FRAMEWORK=DEVICE"),
+    (["compare", "only_one.safetensors"], "compare takes two side files"),
+    (["compare", "a.safetensors", "b.safetensors"], "side file 'a.safetensors' does not exist"),
+    (["run", "--backend", "jax", "--out", "x.safetensors"], "--backend 'jax': accepted: torch, mindspore"),
+    (["compare", "--device", "mindspore=tpu"], "unknown MindSpore device 'tpu'"),
+])
+def test_user_errors_are_one_line_without_traceback(args, message, tmp_path):
+    out = xrand_cli(*args, cwd=str(tmp_path))
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
+    assert message in lines[0]
+    assert os.listdir(tmp_path) == []  # nothing written
+
+
+def test_bad_file_content_is_one_line(tmp_path):
+    (tmp_path / "a.safetensors").write_bytes(b"not a safetensors file")
+    (tmp_path / "b.safetensors").write_bytes(b"")
+    out = xrand_cli("compare", "a.safetensors", "b.safetensors", cwd=str(tmp_path))
+    assert out.returncode == 2 and "not a readable xrand side file" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_corrupt_model_weights_is_a_clean_error(tiny_model, tmp_path):
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_model, broken)
+    weights = broken / "unet" / "diffusion_pytorch_model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    out = xrand_cli("run", "--backend", "torch", "--model", str(broken), "--steps", "1", "--out",
+                    str(tmp_path / "side.safetensors"))
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert not (tmp_path / "side.safetensors").exists()
+
+
+def test_doctor_lists_backends():
+    out = xrand_cli("doctor", "--json")
+    assert out.returncode == 0, out.stderr
+    info = json.loads(out.stdout)
+    names = {b["name"]: b["available"] for b in info["backends"]}
+    assert names["numpy"] is True and names["torch"] is True
+    assert info["environment"]["numpy"]
+
+
+def test_no_command_prints_help():
+    out = xrand_cli()
+    assert out.returncode == 2 and "compare" in out.stdout
