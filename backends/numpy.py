@@ -30,9 +30,9 @@ class NumpyBackend(Backend):
         self.device(device)
         if dtype is None or array.dtype.name == dtype:
             return array
+        if array.dtype == np.float64:
+            return cast_float64(array, dtype)  # through float32, as torch and MindSpore cast
         if dtype == "bfloat16":
-            if array.dtype == np.float64:
-                return cast_float64(array, "bfloat16")
             return float32_to_bfloat16_values(array.astype(np.float32))
         return array.astype(dtype)
 

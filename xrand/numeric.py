@@ -23,11 +23,12 @@ def float32_to_bfloat16_values(x: np.ndarray) -> np.ndarray:
 def cast_float64(x: np.ndarray, dtype: str) -> np.ndarray:
     """Cast a float64 array to ``dtype`` the way torch's and MindSpore's casts do.
 
-    Both round float64 -> bfloat16 through float32 (two roundings; checked with
-    1 + 2**-8 + 2**-30, which both turn into 1.0), so this does the same.
+    Both round float64 -> bfloat16 and float64 -> float16 through float32 (two roundings:
+    1 + 2**-8 + 2**-30 becomes bfloat16 1.0 and 1 + 2**-11 + 2**-40 float16 1.0 in both, where
+    NumPy's direct float16 cast gives 1.001), so this does the same.
     """
     if dtype == "float64":
         return x
     if dtype == "bfloat16":
         return float32_to_bfloat16_values(x.astype(np.float32))
-    return x.astype(dtype)
+    return x.astype(np.float32).astype(dtype)

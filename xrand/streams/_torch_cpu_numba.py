@@ -1,0 +1,252 @@
+"""Compiled kernels of the ``torch-cpu`` stream (numba engine); imported only when it is used.
+
+The state is a ``uint32[624]`` key and an ``int64[1]`` position, changed in place. Every
+``*_blocks`` function draws the words for ``out.size`` values (a multiple of 16) and writes
+torch's Box-Muller output, exactly as the matching code in ``torch_cpu.py`` (the reference).
+"""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
+
+from . import torch_cpu as ref
+from .torch_cpu import libm_function
+
+N, M = 624, 397
+_MATRIX_A = np.uint64(0x9908B0DF)
+_UPPER = np.uint64(0x80000000)
+_LOWER = np.uint64(0x7FFFFFFF)
+_U1, _U7, _U11, _U15, _U18 = (np.uint64(k) for k in (1, 7, 11, 15, 18))
+_TEMPER_B, _TEMPER_C = np.uint64(0x9D2C5680), np.uint64(0xEFC60000)
+_MASK24, _MASK21, _U32 = np.uint64(0xFFFFFF), np.uint64(0x1FFFFF), np.uint64(32)
+
+_SUB = 2048  # values drawn and transformed at a time (stays in L1/L2)
+
+# the float32 constants of avx_mathfun.h, shared with the NumPy reference
+f32 = np.float32
+_ONE, _ZERO, _HALF, _MINUS_TWO = f32(1.0), f32(0.0), f32(0.5), f32(-2.0)
+_TWO_PI_F, _TWO_PI_D, _SQRTHF, _FOPI = ref._TWO_PI_F, ref._TWO_PI_D, ref._SQRTHF, ref._FOPI
+_INV_2_24, _INV_2_53 = f32(2.0**-24), 2.0**-53
+_LP0, _LP1, _LP2, _LP3, _LP4, _LP5, _LP6, _LP7, _LP8 = ref._LOG_P
+_LQ1, _LQ2 = ref._LOG_Q1, ref._LOG_Q2
+_DP1, _DP2, _DP3 = ref._DP
+_SP0, _SP1, _SP2 = ref._SIN_P
+_CP0, _CP1, _CP2 = ref._COS_P
+_EXP_MASK, _HALF_BITS = np.uint32(0x807FFFFF), np.uint32(0x3F000000)
+
+# the C library's math, as torch's scalar kernels call it (NumPy's own float64 log differs)
+_logf, _cosf, _sinf = (libm_function(n, ctypes.c_float) for n in ("logf", "cosf", "sinf"))
+_log, _cos, _sin = (libm_function(n, ctypes.c_double) for n in ("log", "cos", "sin"))
+
+
+@intrinsic
+def fma32(typingctx, a, b, c):
+    """Single-rounding float32 a*b+c (llvm.fma.f32, a vfmadd on FMA machines)."""
+    if not all(t == types.float32 for t in (a, b, c)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        flt = ir.FloatType()
+        fn = builder.module.declare_intrinsic("llvm.fma", [flt], ir.FunctionType(flt, [flt] * 3))
+        return builder.call(fn, args)
+
+    return types.float32(types.float32, types.float32, types.float32), codegen
+
+
+@intrinsic
+def f32_bits(typingctx, x):
+    """The bits of a float32 as uint32."""
+    if x != types.float32:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], ir.IntType(32))
+
+    return types.uint32(types.float32), codegen
+
+
+@intrinsic
+def bits_f32(typingctx, x):
+    """The float32 whose bits are the low 32 bits of the integer ``x``."""
+    if not isinstance(x, types.Integer):
+        return None
+
+    def codegen(context, builder, sig, args):
+        low = builder.trunc(args[0], ir.IntType(32)) if x.bitwidth > 32 else args[0]
+        return builder.bitcast(low, ir.FloatType())
+
+    return types.float32(x), codegen
+
+
+@njit(cache=True)
+def _twist(key):
+    for i in range(N - M):
+        y = (np.uint64(key[i]) & _UPPER) | (np.uint64(key[i + 1]) & _LOWER)
+        key[i] = np.uint64(key[i + M]) ^ (y >> _U1) ^ ((y & _U1) * _MATRIX_A)
+    for i in range(N - M, N - 1):
+        y = (np.uint64(key[i]) & _UPPER) | (np.uint64(key[i + 1]) & _LOWER)
+        key[i] = np.uint64(key[i + M - N]) ^ (y >> _U1) ^ ((y & _U1) * _MATRIX_A)
+    y = (np.uint64(key[N - 1]) & _UPPER) | (np.uint64(key[0]) & _LOWER)
+    key[N - 1] = np.uint64(key[M - 1]) ^ (y >> _U1) ^ ((y & _U1) * _MATRIX_A)
+
+
+@njit(cache=True)
+def words(key, pos, out, count):
+    """Write the next ``count`` tempered mt19937 words into ``out[:count]``."""
+    p = pos[0]
+    i = 0
+    while i < count:
+        if p == N:
+            _twist(key)
+            p = 0
+        k = min(N - p, count - i)
+        for t in range(k):
+            y = np.uint64(key[p + t])
+            y ^= y >> _U11
+            y ^= (y << _U7) & _TEMPER_B
+            y ^= (y << _U15) & _TEMPER_C
+            y ^= y >> _U18
+            out[i + t] = y
+        i += k
+        p += k
+    pos[0] = p
+
+
+@njit(inline="always")
+def _uniform24(w):
+    return f32(np.uint64(w) & _MASK24) * _INV_2_24
+
+
+@njit(inline="always")
+def _uniform53(hi, lo):
+    return np.float64(((np.uint64(hi) & _MASK21) << _U32) | np.uint64(lo)) * _INV_2_53
+
+
+@njit(inline="always")
+def _log_avx2(x):
+    """log256_ps for one positive normal float32, with the FMAs GCC makes."""
+    bits = f32_bits(x)
+    e = f32(np.int64(bits >> np.uint32(23)) - 127) + _ONE
+    x = bits_f32((bits & _EXP_MASK) | _HALF_BITS)
+    small = x < _SQRTHF
+    tmp = x if small else _ZERO
+    x = x - _ONE
+    e = e - (_ONE if small else _ZERO)
+    x = x + tmp
+    z = x * x
+    y = fma32(_LP0, x, _LP1)
+    y = fma32(y, x, _LP2)
+    y = fma32(y, x, _LP3)
+    y = fma32(y, x, _LP4)
+    y = fma32(y, x, _LP5)
+    y = fma32(y, x, _LP6)
+    y = fma32(y, x, _LP7)
+    y = fma32(y, x, _LP8)
+    y = y * x
+    y = fma32(y, z, e * _LQ1)
+    y = y - z * _HALF
+    x = x + y
+    return x + e * _LQ2
+
+
+@njit(inline="always")
+def _box_muller_avx2(u1, u2):
+    """normal_fill_16_AVX2 for one (u1, u2) pair: sincos256_ps of 2*pi*u2, log256_ps of u1."""
+    radius = np.sqrt(_MINUS_TWO * _log_avx2(u1))
+    x = _TWO_PI_F * u2  # >= 0, so the sine's sign bit is 0
+    j = np.int64(x * _FOPI)
+    j = (j + 1) & ~np.int64(1)
+    y = f32(j)
+    sin_flip = (j & 4) != 0
+    cos_flip = ((j - 2) & 4) == 0
+    poly = (j & 2) == 0
+    x = fma32(y, _DP1, x)
+    x = fma32(y, _DP2, x)
+    x = fma32(y, _DP3, x)
+    z = x * x
+    yc = fma32(_CP0, z, _CP1)
+    yc = fma32(yc, z, _CP2)
+    yc = yc * z
+    yc = fma32(yc, z, -(z * _HALF))
+    yc = yc + _ONE
+    ys = fma32(_SP0, z, _SP1)
+    ys = fma32(ys, z, _SP2)
+    ys = ys * z
+    ys = fma32(ys, x, x)
+    ysin2 = ys if poly else _ZERO
+    ysin1 = _ZERO if poly else yc
+    s = ysin1 + ysin2
+    c = (yc - ysin1) + (ys - ysin2)
+    s = -s if sin_flip else s
+    c = -c if cos_flip else c
+    return radius * c + _ZERO, radius * s + _ZERO
+
+
+@njit(cache=True)
+def _box_muller_avx2_pairs(u1, u2, cos_out, sin_out):
+    # a plain loop over pairs, so LLVM vectorizes it (8 lanes, like the AVX2 original)
+    for i in range(u1.size):
+        cos_out[i], sin_out[i] = _box_muller_avx2(_ONE - u1[i], u2[i])
+
+
+@njit(cache=True)
+def float_blocks_avx2(key, pos, out):
+    """float32 blocks of 16 with the AVX2 kernel (native/cpu/DistributionTemplates.h)."""
+    buf = np.empty(_SUB, np.uint32)
+    half = _SUB // 2
+    u1, u2 = np.empty(half, np.float32), np.empty(half, np.float32)
+    cos_part, sin_part = np.empty(half, np.float32), np.empty(half, np.float32)
+    for start in range(0, out.size, _SUB):
+        k = min(_SUB, out.size - start)
+        words(key, pos, buf, k)
+        # slot j of each block of 16 pairs with slot j + 8
+        for b in range(k // 16):
+            for j in range(8):
+                u1[8 * b + j] = _uniform24(buf[16 * b + j])
+                u2[8 * b + j] = _uniform24(buf[16 * b + 8 + j])
+        _box_muller_avx2_pairs(u1[: k // 2], u2[: k // 2], cos_part, sin_part)
+        for b in range(k // 16):
+            for j in range(8):
+                out[start + 16 * b + j] = cos_part[8 * b + j]
+                out[start + 16 * b + 8 + j] = sin_part[8 * b + j]
+
+
+@njit  # calls libm through ctypes, so it cannot be cached
+def float_blocks_scalar(key, pos, out):
+    """float32 blocks of 16 with the scalar NormalFill16<float> (libm logf/cosf/sinf)."""
+    buf = np.empty(_SUB, np.uint32)
+    for start in range(0, out.size, _SUB):
+        k = min(_SUB, out.size - start)
+        words(key, pos, buf, k)
+        for b in range(0, k, 16):
+            o = start + b
+            for j in range(8):
+                u1 = _ONE - _uniform24(buf[b + j])
+                u2 = _uniform24(buf[b + 8 + j])
+                radius = np.sqrt(_MINUS_TWO * f32(_logf(u1)))
+                theta = f32(_TWO_PI_D * np.float64(u2))
+                out[o + j] = radius * f32(_cosf(theta)) + _ZERO
+                out[o + 8 + j] = radius * f32(_sinf(theta)) + _ZERO
+
+
+@njit  # calls libm through ctypes, so it cannot be cached
+def double_blocks(key, pos, out):
+    """float64 blocks of 16 (NormalFill16<double>, libm log/cos/sin), two words a value."""
+    buf = np.empty(2 * _SUB, np.uint32)
+    for start in range(0, out.size, _SUB):
+        k = min(_SUB, out.size - start)
+        words(key, pos, buf, 2 * k)
+        for b in range(0, k, 16):
+            o = start + b
+            for j in range(8):
+                i1, i2 = 2 * (b + j), 2 * (b + 8 + j)
+                u1 = 1.0 - _uniform53(buf[i1], buf[i1 + 1])
+                u2 = _uniform53(buf[i2], buf[i2 + 1])
+                radius = np.sqrt(-2.0 * _log(u1))
+                theta = _TWO_PI_D * u2
+                out[o + j] = radius * _cos(theta) + 0.0
+                out[o + 8 + j] = radius * _sin(theta) + 0.0
