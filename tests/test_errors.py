@@ -31,6 +31,17 @@ def test_huge_numel_is_refused_before_allocating():
         xrand.randn_tensor((2**20, 2**20, 2), generator=pcg())
 
 
+@pytest.mark.parametrize("generator", [lambda: pcg(), lambda: np.random.default_rng(0)])
+def test_tensor_larger_than_memory_is_refused_before_allocating(generator):
+    from xrand.checks import physical_memory
+
+    too_many = physical_memory() // 4 + 1
+    with xrand.use_backend("numpy"), pytest.raises(ValueError, match="GiB of memory"):
+        xrand.randn_tensor((too_many,), generator=generator())
+    with pytest.raises(ValueError, match="GiB of memory"):
+        pcg().normal((too_many,))
+
+
 @pytest.mark.parametrize("dtype", ["int8", "float8", "complex64", np.int32])
 def test_unknown_dtype(dtype):
     with xrand.use_backend("numpy"), pytest.raises(ValueError, match="unknown dtype .*accepted: float16, bfloat16"):

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import numbers
 import operator
-from typing import Any, Tuple
+import os
+from typing import Any, Optional, Tuple
 
 #: Largest number of elements one call may ask for (2**40 float32 values is 4 TiB).
 MAX_NUMEL = 2**40
@@ -53,6 +54,28 @@ def check_shape(shape: Any) -> Tuple[int, ...]:
     if numel > MAX_NUMEL:
         raise ValueError(f"shape {tuple(dims)!r} has {numel} elements, more than the limit of {MAX_NUMEL}")
     return tuple(dims)
+
+
+def physical_memory() -> Optional[int]:
+    """Bytes of RAM on this machine, or None where the OS does not say."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def check_fits_memory(shape: Tuple[int, ...], dtype: str) -> None:
+    """Refuse, before allocating, a tensor larger than the machine's whole memory."""
+    numel = 1
+    for dim in shape:
+        numel *= dim
+    nbytes = numel * (8 if dtype == "float64" else 4)  # float16/bfloat16 are made in float32
+    limit = physical_memory()
+    if limit is not None and nbytes > limit:
+        raise ValueError(
+            f"shape {shape!r} of {dtype} needs {nbytes / 2**30:.1f} GiB, more than this machine's "
+            f"{limit / 2**30:.1f} GiB of memory"
+        )
 
 
 def dtype_name(dtype: Any, default: str = "float32") -> str:

@@ -61,9 +61,10 @@ class Generator:
     # -- drawing ------------------------------------------------------------------------------
     def normal(self, shape: Tuple[int, ...], dtype: Any = "float32") -> np.ndarray:
         """Standard normal values for a tensor of ``shape`` as a NumPy array (bfloat16 as float32)."""
-        from .checks import check_shape
+        from .checks import check_fits_memory, check_shape
 
         shape, dtype = check_shape(shape), dtype_name(dtype)
+        check_fits_memory(shape, dtype)
         with self._lock:
             return self._stream.normal(shape, dtype)
 

@@ -7,7 +7,7 @@ from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
-from .checks import check_seed, check_shape, dtype_name
+from .checks import check_fits_memory, check_seed, check_shape, dtype_name
 from .generator import Generator
 from .registry import backend, backend_names, usable_backend
 
@@ -115,6 +115,7 @@ def randn_tensor(
         return target.randn(shape, None if dtype is None else dtype_name(dtype), device, layout)
 
     name = dtype_name(dtype, default="float64" if kind == "numpy" else "float32")
+    check_fits_memory(shape, name)
     item_shape = (1,) + shape[1:] if generators else shape
     if kind == "numpy":
         draws = [g.standard_normal(item_shape) for g in (generators or [generator])]
