@@ -1,6 +1,7 @@
 """PyTorch backend: tensors on any torch device; torch.Generator draws exactly as diffusers does."""
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from typing import Any, Dict, Optional, Sequence, Tuple
@@ -14,6 +15,9 @@ class TorchBackend(Backend):
     name = "torch"
     module = "torch"
     extra = "torch"
+
+    def unavailable_reason(self) -> Optional[str]:
+        return None if sys.modules.get("torch") is not None else super().unavailable_reason()
 
     def is_tensor(self, obj: Any) -> bool:
         torch = sys.modules.get("torch")
@@ -67,10 +71,22 @@ class TorchBackend(Backend):
         return self.randn_native(shape, None, device=device, dtype=None if dtype is None else self.dtype(dtype),
                                  layout=layout)
 
+    @functools.cached_property
+    def _cpu(self) -> Any:
+        import torch
+
+        return torch.device("cpu")
+
     def randn_native(self, shape, generator, device=None, dtype=None, layout=None) -> Any:
         """diffusers.utils.torch_utils.randn_tensor, line for line (diffusers 0.35)."""
         import torch
 
+        if layout is None and isinstance(generator, torch.Generator) and generator.device.type == "cpu":
+            # what the lines below do for the usual call (one CPU generator, a CPU or no device), made cheap
+            if device is None:
+                return torch.randn(shape, generator=generator, dtype=dtype, layout=torch.strided).to(self._cpu)
+            if isinstance(device, torch.device) and device.type == "cpu":  # .to(device) would be a no-op
+                return torch.randn(shape, generator=generator, device=device, dtype=dtype, layout=torch.strided)
         device = self.device(device)
         rand_device = device
         batch_size = shape[0] if shape else 1

@@ -1,13 +1,15 @@
 """``randn_tensor`` and ``manual_seed``: the one entry point for noise on every backend."""
 from __future__ import annotations
 
+import math
 import random
+import sys
 import threading
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from .checks import check_fits_memory, check_seed, check_shape, dtype_name
+from .checks import MAX_NUMEL, check_fits_memory, check_seed, check_shape, dtype_name
 from .generator import Generator
 from .registry import backend, backend_names, usable_backend
 
@@ -62,6 +64,17 @@ def _kind(generator: Any) -> str:
     )
 
 
+def _checked_shape(shape: Any) -> Tuple[int, ...]:
+    """check_shape, with a quick pass for the usual tuple of non-negative ints (dispatch stays cheap)."""
+    if type(shape) is tuple:
+        for dim in shape:
+            if type(dim) is not int or dim < 0:
+                return check_shape(shape)
+        if math.prod(shape) <= MAX_NUMEL:
+            return shape
+    return check_shape(shape)
+
+
 def randn_tensor(
     shape: Sequence[int],
     generator: Union[AnyGenerator, Sequence[AnyGenerator]] = None,
@@ -81,7 +94,10 @@ def randn_tensor(
 
     A list holds one generator per batch item (``shape[0]``); each draws a ``(1, ...)`` tensor.
     """
-    shape = check_shape(shape)
+    shape = _checked_shape(shape)
+    torch = sys.modules.get("torch")  # a torch.Generator implies torch is imported
+    if torch is not None and isinstance(generator, torch.Generator):  # the call diffusers pipelines make
+        return _torch_randn(shape, generator, device, dtype, layout)
     generators = None
     if isinstance(generator, (list, tuple)):
         if not generator:
@@ -103,10 +119,7 @@ def randn_tensor(
     kind = None if first is None else _kind(first)
 
     if kind == "torch":
-        torch_backend = usable_backend("torch")
-        native_dtype = None if dtype is None else torch_backend.dtype(dtype_name(dtype)) if not _is_torch_dtype(dtype) else dtype
-        return torch_backend.randn_native(shape, generators or generator, device=device, dtype=native_dtype,
-                                          layout=layout)
+        return _torch_randn(shape, generators or generator, device, dtype, layout)
 
     target = usable_backend()
     if layout is not None and target.name != "torch":
@@ -116,15 +129,26 @@ def randn_tensor(
 
     name = dtype_name(dtype, default="float64" if kind == "numpy" else "float32")
     check_fits_memory(shape, name)
-    item_shape = (1,) + shape[1:] if generators else shape
-    if kind == "numpy":
-        draws = [g.standard_normal(item_shape) for g in (generators or [generator])]
+    if generators is None:
+        array = generator.standard_normal(shape) if kind == "numpy" else generator.normal(shape, name)
     else:
-        draws = [g.normal(item_shape, name) for g in (generators or [generator])]
-    array = draws[0] if len(draws) == 1 else np.concatenate(draws, axis=0)
+        item_shape = (1,) + shape[1:]
+        if kind == "numpy":
+            draws = [g.standard_normal(item_shape) for g in generators]
+        else:
+            draws = [g.normal(item_shape, name) for g in generators]
+        array = np.concatenate(draws, axis=0)
     return target.from_numpy(array, name, device)
 
 
+def _torch_randn(shape: Tuple[int, ...], generator: Any, device: Any, dtype: Any, layout: Any) -> Any:
+    """torch.Generator(s): diffusers' randn_tensor, on the torch backend whatever the active one."""
+    torch_backend = backend("torch")  # usable: a torch.Generator means torch is imported
+    if dtype is not None and not _is_torch_dtype(dtype):
+        dtype = torch_backend.dtype(dtype_name(dtype))
+    return torch_backend.randn_native(shape, generator, device=device, dtype=dtype, layout=layout)
+
+
 def _is_torch_dtype(dtype: Any) -> bool:
-    torch = __import__("sys").modules.get("torch")
+    torch = sys.modules.get("torch")
     return torch is not None and isinstance(dtype, torch.dtype)
