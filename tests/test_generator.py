@@ -22,6 +22,18 @@ def test_pcg64_stream_is_numpy_pcg64_float64_then_cast():
         np.testing.assert_array_equal(g.normal(shape, dtype), ref.standard_normal(shape).astype(dtype))
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_pcg64_large_draws_cast_in_pieces_equal_one_draw(dtype):
+    from xrand.numeric import cast_float64
+    from xrand.streams.pcg64 import CHUNK
+
+    g, ref = xrand.Generator(7, stream="pcg64"), pcg(7)
+    for shape in [(3,), (2, CHUNK + 5), (CHUNK,), (3, CHUNK + 1), (4,)]:  # state carries across calls
+        got = g.normal(shape, dtype)
+        assert got.shape == shape
+        assert got.tobytes() == cast_float64(ref.standard_normal(shape), dtype).tobytes(), shape
+
+
 def test_manual_seed_restarts_the_stream_and_returns_the_generator():
     g = xrand.Generator(1, stream="pcg64")
     first = g.normal((5,))

@@ -31,4 +31,4 @@ def cast_float64(x: np.ndarray, dtype: str) -> np.ndarray:
         return x
     if dtype == "bfloat16":
         return float32_to_bfloat16_values(x.astype(np.float32))
-    return x.astype(np.float32).astype(dtype)
+    return x.astype(np.float32).astype(dtype, copy=False)

@@ -6,6 +6,7 @@ cast down; NumPy's own float32 ziggurat would give other numbers.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Dict, Tuple
 
 import numpy as np
@@ -13,6 +14,11 @@ import numpy as np
 from .base import Stream
 from ..checks import check_seed
 from ..numeric import cast_float64
+
+
+# Values drawn and cast at a time when the target is not float64: the float64 draw of a large
+# tensor would otherwise need twice the output's memory on top of it (and 512 KiB stays in cache).
+CHUNK = 1 << 16
 
 
 class PCG64Stream(Stream):
@@ -29,7 +35,17 @@ class PCG64Stream(Stream):
         return stream
 
     def normal(self, shape: Tuple[int, ...], dtype: str) -> np.ndarray:
-        return cast_float64(self._gen.standard_normal(shape), dtype)
+        n = math.prod(shape)
+        if dtype == "float64" or n <= CHUNK:
+            return cast_float64(self._gen.standard_normal(shape), dtype)
+        # standard_normal in pieces continues one stream: the same values as a single call
+        out = np.empty(n, dtype=np.float32 if dtype == "bfloat16" else dtype)
+        buffer = np.empty(CHUNK)
+        for start in range(0, n, CHUNK):
+            piece = buffer[: min(CHUNK, n - start)]
+            self._gen.standard_normal(out=piece)
+            out[start:start + len(piece)] = cast_float64(piece, dtype)
+        return out.reshape(shape)
 
     def get_state(self) -> Dict[str, Any]:
         state = self._gen.bit_generator.state
