@@ -1,0 +1,109 @@
+"""Run every benchmark and write benchmarks/RESULTS.md.
+
+    .venv/bin/python benchmarks/run.py [--only 1,3] [--out benchmarks/RESULTS.md]
+
+Figures (one file each, also runnable alone):
+  1 bench_randn_tensor.py  xrand.randn_tensor against diffusers' and mindone's randn_tensor
+  2 bench_streams.py       stream engines against torch.randn and NumPy, per value
+  3 bench_memory.py        peak memory of a 64M-value draw, per engine, fresh processes
+  4 bench_import.py        `import xrand` time beyond NumPy, and what it imports
+  5 bench_ddim.py          DDIM seconds per step, torch vs MindSpore, compare_frameworks overhead
+
+About 5 minutes on 2 cores. Timings interleave the compared calls; each figure records how
+much CPU other processes took meanwhile, so a shared machine shows in the results.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+import time
+import traceback
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from bench_common import CpuShare, Section, load_average, machine_facts  # noqa: E402
+
+FIGURES = {
+    1: ("bench_randn_tensor", {}),
+    2: ("bench_streams", {}),
+    3: ("bench_memory", {}),
+    4: ("bench_import", {}),
+    5: ("bench_ddim", {}),
+}
+
+
+def run_figure(number: int) -> Section:
+    module_name, kwargs = FIGURES[number]
+    print(f"figure {number}: {module_name} ...", flush=True)
+    share = CpuShare().start()
+    start = time.perf_counter()
+    try:
+        module = __import__(module_name)
+        section = module.run(**kwargs)
+    except Exception:
+        section = Section(title=f"{number}. {module_name} failed", method="```\n" + traceback.format_exc() + "```",
+                          columns=[])
+    section.seconds = time.perf_counter() - start
+    section.others_cpu = share.stop()
+    print(f"  done in {section.seconds:.0f} s", flush=True)
+    return section
+
+
+def summary(sections) -> str:
+    lines = ["## Summary", "", "| figure | targets met | missed |", "| --- | --- | --- |"]
+    for section in sections:
+        judged = [row for row in section.rows if row.met is not None]
+        missed = section.missed()
+        what = "; ".join(" ".join(c for c in row.cells[:2] if c) for row in missed) or "-"
+        lines.append(f"| {section.title} | {len(judged) - len(missed)} of {len(judged)} | {what} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", help="comma-separated figure numbers (default: all)")
+    parser.add_argument("--out", default=str(HERE / "RESULTS.md"))
+    args = parser.parse_args()
+    numbers = sorted(int(n) for n in args.only.split(",")) if args.only else sorted(FIGURES)
+
+    started = datetime.datetime.now(datetime.timezone.utc)
+    load_before = load_average()
+    share = CpuShare().start()
+    start = time.perf_counter()
+    facts = machine_facts()
+    sections = [run_figure(n) for n in numbers]
+    total = time.perf_counter() - start
+    others = share.stop()
+
+    shared = others is not None and others > 0.05
+    lines = [
+        "# xrand benchmarks", "",
+        f"Written by `.venv/bin/python benchmarks/run.py{' --only ' + args.only if args.only else ''}` "
+        f"on {started:%Y-%m-%d %H:%M} UTC in {total / 60:.1f} min. How each figure is measured is said under it; "
+        "times are min / median / max over repeats, the compared calls interleaved within each repeat, and "
+        "every verdict uses the median.", "",
+        "## Machine", "",
+        "| | |", "| --- | --- |",
+    ]
+    lines += [f"| {key} | {value} |" for key, value in facts.items()]
+    lines += [
+        f"| load average before (1 / 5 / 15 min) | {load_before} |",
+        f"| load average after | {load_average()} |",
+        "| CPU taken by other processes during the run | "
+        + ("unknown" if others is None else f"{others:.0%} of all cores' time") + " |", "",
+    ]
+    if shared:
+        lines += [f"**The machine was shared**: other processes used {others:.0%} of the CPU while these figures "
+                  "were taken (per figure below), so absolute times are inflated and noisier; interleaving keeps "
+                  "the ratios fair but not noise-free.", ""]
+    lines += [summary(sections)]
+    lines += [section.markdown() for section in sections]
+    Path(args.out).write_text("\n".join(lines))
+    print(f"wrote {args.out} ({total / 60:.1f} min)")
+
+
+if __name__ == "__main__":
+    main()
