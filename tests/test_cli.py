@@ -36,7 +36,8 @@ def test_compare_writes_report_and_pictures_quietly(tiny_model, tmp_path):
 def test_run_then_compare_two_files(tiny_model, tmp_path):
     for backend in ("torch", "mindspore"):
         out = xrand_cli("run", "--backend", backend, "--model", tiny_model, "--steps", "2", "--batch-size", "1",
-                        "--eta", "1", "--quiet", "--out", str(tmp_path / f"{backend}.safetensors"))
+                        "--eta", "1", "--mindspore-mode", "graph", "--quiet",
+                        "--out", str(tmp_path / f"{backend}.safetensors"))
         assert out.returncode == 0, out.stderr
     out = xrand_cli("compare", str(tmp_path / "torch.safetensors"), str(tmp_path / "mindspore.safetensors"),
                     "--out", str(tmp_path / "o"))

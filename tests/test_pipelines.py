@@ -124,6 +124,22 @@ def test_eta0_within_tolerance(tiny_model):
     assert c.local_steps is None
 
 
+def test_mindspore_graph_mode_agrees_and_restores_the_mode(tiny_model):
+    settings = Settings(model=tiny_model, steps=3, seed=1, batch_size=1, eta=1.0)
+    before = ms.get_context("mode")
+    graph = compare_frameworks(settings, lockstep_mode=True, quiet=True, mindspore_mode="graph")
+    assert ms.get_context("mode") == before
+    assert graph.initial_noise["max_abs"] == 0.0
+    assert graph.passed and graph.final["rel_l2"] < 1e-4, graph.verdict()
+    assert all(row["sample"]["rel_l2"] < 1e-4 for row in graph.local_steps)
+    assert graph.environments["b"]["mindspore_mode"] == "graph"
+
+
+def test_unknown_mindspore_mode_is_refused(tiny_model):
+    with pytest.raises(ValueError, match="unknown MindSpore mode 'jit'; accepted: pynative, graph"):
+        compare_frameworks(Settings(model=tiny_model, steps=1), mindspore_mode="jit")
+
+
 def test_tolerance_decides_the_verdict(eta1_comparison):
     strict = compare_sides_from(eta1_comparison, tolerance=0.0)
     assert not strict.passed and strict.verdict().startswith("FAIL")

@@ -89,7 +89,8 @@ def cmd_compare(args) -> int:
         import_frameworks(["torch", "mindspore"])
         comparison = compare_frameworks(settings, torch_device=devices.get("torch", "cpu"),
                                         mindspore_device=devices.get("mindspore"), tolerance=args.tolerance,
-                                        lockstep_mode=args.lockstep, quiet=args.quiet)
+                                        lockstep_mode=args.lockstep, quiet=args.quiet,
+                                        mindspore_mode=args.mindspore_mode)
     paths = write_report(comparison, out_dir)
     if args.quiet:
         print(json.dumps({"verdict": "pass" if comparison.passed else "fail", "out": out_dir}))
@@ -108,7 +109,7 @@ def cmd_run(args) -> int:
     device = _devices(args.device).get(args.backend)
     settings = _settings(args)
     import_frameworks([args.backend])
-    side = run_side(args.backend, settings, device=device, quiet=args.quiet)
+    side = run_side(args.backend, settings, device=device, quiet=args.quiet, mode=args.mindspore_mode)
     save_side(side, args.out)
     _say(args, f"xrand: {args.backend} side of {settings.steps} steps written to {args.out} "
                f"({side.seconds:.2f} s)")
@@ -157,6 +158,9 @@ def _add_settings(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="float32", choices=["float32", "float16"], help="model dtype")
     p.add_argument("--device", action="append", metavar="FRAMEWORK=DEVICE",
                    help="device per framework, e.g. torch=cuda or mindspore=Ascend (repeatable; default CPU)")
+    p.add_argument("--mindspore-mode", default="pynative", choices=["pynative", "graph"],
+                   help="MindSpore execution mode (default pynative; graph compiles the UNet once, "
+                        "then runs faster on a CPU)")
     p.add_argument("--quiet", action="store_true", help="no progress bars; one JSON line of result")
 
 

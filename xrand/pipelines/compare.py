@@ -110,12 +110,14 @@ def check_comparable(a: Side, b: Side) -> None:
         raise ValueError("the two runs are not comparable: " + "; ".join(mismatched))
 
 
-def lockstep(torch_pipe: Any, ms_pipe: Any, settings: Settings, torch_side: Side) -> List[Dict[str, Any]]:
+def lockstep(torch_pipe: Any, ms_pipe: Any, settings: Settings, torch_side: Side,
+             mode: str = "pynative") -> List[Dict[str, Any]]:
     """Per-step local error: both UNets and schedulers fed torch's sample at every step."""
     import mindspore as ms
     import torch
 
     from ..generator import Generator
+    from .ddim import mindspore_mode
     from .patch import patched
 
     inputs = [torch_side.initial_noise] + list(torch_side.states[:-1])
@@ -128,7 +130,7 @@ def lockstep(torch_pipe: Any, ms_pipe: Any, settings: Settings, torch_side: Side
     ms_pipe.scheduler.set_timesteps(settings.steps)
     device = torch_pipe.unet.device
     rows = []
-    with patched(), torch.no_grad():
+    with patched(), torch.no_grad(), mindspore_mode(mode):
         for i, t in enumerate(torch_pipe.scheduler.timesteps):
             x_pt = torch.from_numpy(inputs[i]).to(device=device, dtype=torch_dtype)
             x_ms = ms.tensor(inputs[i], dtype=ms_dtype)
@@ -147,24 +149,30 @@ def lockstep(torch_pipe: Any, ms_pipe: Any, settings: Settings, torch_side: Side
 
 def compare_frameworks(settings: Settings, torch_device: str = "cpu", mindspore_device: Optional[str] = None,
                        tolerance: Optional[float] = None, lockstep_mode: bool = False,
-                       quiet: bool = False) -> Comparison:
-    """Run diffusers on torch and mindone on MindSpore from one seed and compare them."""
-    from .ddim import _mindspore_device, load_mindspore_pipeline, load_torch_pipeline, run_pipeline
+                       quiet: bool = False, mindspore_mode: str = "pynative") -> Comparison:
+    """Run diffusers on torch and mindone on MindSpore from one seed and compare them.
+
+    ``mindspore_mode``: ``"pynative"`` (MindSpore's default) or ``"graph"``.
+    """
+    from .ddim import (_mindspore_device, check_mindspore_mode, load_mindspore_pipeline, load_torch_pipeline,
+                       run_pipeline)
     from .environment import fingerprint
 
     settings.check()
+    check_mindspore_mode(mindspore_mode)
     if tolerance is not None:
         check_tolerance(tolerance)
     ms_device = _mindspore_device(mindspore_device)
     torch_pipe = load_torch_pipeline(settings.model, settings.dtype, torch_device, quiet)
     ms_pipe = load_mindspore_pipeline(settings.model, settings.dtype, quiet)
     a = run_pipeline("torch", torch_pipe, settings, torch_device)
-    b = run_pipeline("mindspore", ms_pipe, settings, ms_device)
+    b = run_pipeline("mindspore", ms_pipe, settings, ms_device, mindspore_mode)
     a.environment = fingerprint(["torch"])
     b.environment = fingerprint(["mindspore"])
+    b.environment["mindspore_mode"] = mindspore_mode
     local = None
     if lockstep_mode:
         start = time.perf_counter()
-        local = lockstep(torch_pipe, ms_pipe, settings, a)
+        local = lockstep(torch_pipe, ms_pipe, settings, a, mindspore_mode)
         a.environment["lockstep_seconds"] = time.perf_counter() - start
     return compare_sides(a, b, tolerance, local)

@@ -22,6 +22,33 @@ from .quiet import silenced
 
 FRAMEWORKS = ("torch", "mindspore")
 DTYPES = ("float32", "float16")
+MINDSPORE_MODES = ("pynative", "graph")
+
+
+def check_mindspore_mode(mode: str) -> str:
+    if mode not in MINDSPORE_MODES:
+        raise ValueError(f"unknown MindSpore mode {mode!r}; accepted: {', '.join(MINDSPORE_MODES)}")
+    return mode
+
+
+@contextlib.contextmanager
+def mindspore_mode(mode: str) -> Iterator[None]:
+    """MindSpore's execution mode inside the block, the previous one after it.
+
+    ``"graph"`` compiles each Cell (the UNet) on its first call: a few seconds once, then a
+    step costs a fraction of PyNative's on a CPU (benchmarks/RESULTS.md, figure 5).
+    """
+    import mindspore as ms
+
+    wanted = {"pynative": ms.PYNATIVE_MODE, "graph": ms.GRAPH_MODE}[check_mindspore_mode(mode)]
+    previous = ms.get_context("mode")
+    if wanted != previous:
+        ms.set_context(mode=wanted)
+    try:
+        yield
+    finally:
+        if ms.get_context("mode") != previous:
+            ms.set_context(mode=previous)
 
 
 @dataclass
@@ -176,10 +203,15 @@ def mindspore_to_numpy(tensor) -> np.ndarray:
     return tensor.float().asnumpy()
 
 
-def run_pipeline(framework: str, pipe: Any, settings: Settings, device: str = "cpu") -> Side:
-    """Run an already loaded pipeline from the settings' seed and record it."""
+def run_pipeline(framework: str, pipe: Any, settings: Settings, device: str = "cpu",
+                 mode: str = "pynative") -> Side:
+    """Run an already loaded pipeline from the settings' seed and record it.
+
+    ``mode`` is MindSpore's execution mode (``"pynative"`` or ``"graph"``); torch ignores it.
+    """
     if framework not in FRAMEWORKS:
         raise ValueError(f"unknown framework {framework!r}; accepted: {', '.join(FRAMEWORKS)}")
+    check_mindspore_mode(mode)
     to_numpy = torch_to_numpy if framework == "torch" else mindspore_to_numpy
     recorder = _StepRecorder(pipe.scheduler, to_numpy)
     generator = Generator(settings.seed, stream=settings.stream)
@@ -191,7 +223,8 @@ def run_pipeline(framework: str, pipe: Any, settings: Settings, device: str = "c
             if framework == "torch":
                 images = pipe(**kwargs).images
             else:
-                images = pipe(**kwargs, return_dict=False)[0]
+                with mindspore_mode(mode):
+                    images = pipe(**kwargs, return_dict=False)[0]
     finally:
         del pipe.scheduler.step  # drop the instance wrapper, back to the class method
     seconds = time.perf_counter() - start
@@ -208,11 +241,13 @@ def run_pipeline(framework: str, pipe: Any, settings: Settings, device: str = "c
     )
 
 
-def run_side(framework: str, settings: Settings, device: Optional[str] = None, quiet: bool = False) -> Side:
+def run_side(framework: str, settings: Settings, device: Optional[str] = None, quiet: bool = False,
+             mode: str = "pynative") -> Side:
     """Load the model on ``framework`` and run it (the whole of ``xrand run``)."""
     from .environment import fingerprint
 
     settings.check()
+    check_mindspore_mode(mode)
     if framework == "torch":
         device = device or "cpu"
         pipe = load_torch_pipeline(settings.model, settings.dtype, device, quiet)
@@ -221,8 +256,10 @@ def run_side(framework: str, settings: Settings, device: Optional[str] = None, q
         pipe = load_mindspore_pipeline(settings.model, settings.dtype, quiet)
     else:
         raise ValueError(f"unknown framework {framework!r}; accepted: {', '.join(FRAMEWORKS)}")
-    side = run_pipeline(framework, pipe, settings, device)
+    side = run_pipeline(framework, pipe, settings, device, mode)
     side.environment = fingerprint([framework])
+    if framework == "mindspore":
+        side.environment["mindspore_mode"] = mode
     return side
 
 
