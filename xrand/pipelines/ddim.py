@@ -8,6 +8,7 @@ Both get noise from an ``xrand.Generator`` through :func:`xrand.patched`, and ev
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import time
@@ -104,6 +105,13 @@ def model_fingerprint(model: str) -> str:
     path = os.path.join(model, "unet", "diffusion_pytorch_model.safetensors")
     if not os.path.isfile(path):
         return f"hub:{model}"
+    stat = os.stat(path)
+    return _sha256(os.path.realpath(path), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=16)
+def _sha256(path: str, size: int, mtime_ns: int) -> str:
+    """Hashed once per file version: both sides of a comparison read the same weights."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):

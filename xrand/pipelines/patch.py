@@ -11,7 +11,7 @@ import contextlib
 import functools
 import sys
 import threading
-from typing import Any, Callable, Dict, Iterator, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 from ..generator import Generator
 from ..registry import use_backend
@@ -47,12 +47,18 @@ def _wrap(original: Callable, backend_name: str) -> Callable:
     return randn_tensor
 
 
-def _replace_everywhere(prefix: str, old: Callable, new: Callable, name: str) -> None:
-    for module_name, module in list(sys.modules.items()):
-        if module is None or not (module_name == prefix or module_name.startswith(prefix + ".")):
-            continue
-        if getattr(module, name, None) is old:
-            setattr(module, name, new)
+def _replace_everywhere(replacements: List[Tuple[str, str, Callable, Callable]]) -> None:
+    """Each (package prefix, name, old, new): rebind ``name`` from old to new in every loaded
+    module of the package, in one pass over ``sys.modules`` (thousands of modules once torch,
+    MindSpore and transformers are loaded)."""
+    prefixes = tuple({prefix for prefix, _, _, _ in replacements})
+    candidates = [(n, m) for n, m in list(sys.modules.items()) if n.startswith(prefixes) and m is not None]
+    for module_name, module in candidates:
+        for prefix, name, old, new in replacements:
+            if module_name != prefix and not module_name.startswith(prefix + "."):
+                continue
+            if getattr(module, name, None) is old:
+                setattr(module, name, new)
 
 
 def patch() -> None:
@@ -61,6 +67,7 @@ def patch() -> None:
     import importlib.util
 
     with _lock:
+        replacements = []
         for module_name, name, backend_name, prefix in TARGETS:
             if (module_name, name) in _originals:
                 continue
@@ -72,20 +79,24 @@ def patch() -> None:
             except ImportError:
                 continue  # e.g. mindone installed without a working MindSpore
             original = getattr(module, name)
-            patched_fn = _wrap(original, backend_name)
             _originals[(module_name, name)] = original
-            _replace_everywhere(prefix, original, patched_fn, name)
+            replacements.append((prefix, name, original, _wrap(original, backend_name)))
+        if replacements:
+            _replace_everywhere(replacements)
 
 
 def unpatch() -> None:
     """Put every original function back, also in modules imported while patched."""
     with _lock:
+        replacements = []
         for (module_name, name), original in list(_originals.items()):
             prefix = next(p for m, n, _, p in TARGETS if (m, n) == (module_name, name))
             current = getattr(sys.modules[module_name], name)
             if getattr(current, "__xrand_original__", None) is original:
-                _replace_everywhere(prefix, current, original, name)
+                replacements.append((prefix, name, current, original))
             del _originals[(module_name, name)]
+        if replacements:
+            _replace_everywhere(replacements)
 
 
 def is_patched() -> bool:
