@@ -68,6 +68,11 @@ def test_failing_tolerance_exits_1(tmp_path):
     (["compare", "a.safetensors", "b.safetensors"], "side file 'a.safetensors' does not exist"),
     (["run", "--backend", "jax", "--out", "x.safetensors"], "--backend 'jax': accepted: torch, mindspore"),
     (["compare", "--device", "mindspore=tpu"], "unknown MindSpore device 'tpu'"),
+    (["compare", "--mindspore-mode", "jit"], "argument --mindspore-mode: invalid choice: 'jit'"),
+    (["compare", "--dtype", "bfloat16"], "argument --dtype: invalid choice: 'bfloat16'"),
+    (["compare", "--steps", "ten"], "argument --steps: invalid int value: 'ten'"),
+    (["run", "--out", "x.safetensors"], "the following arguments are required: --backend"),
+    (["compare", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
 ])
 def test_user_errors_are_one_line_without_traceback(args, message, tmp_path):
     out = xrand_cli(*args, cwd=str(tmp_path))

@@ -164,8 +164,15 @@ def _add_settings(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bars; one JSON line of result")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (no usage block), like every other user error."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="xrand", description="Reproducible diffusion noise across frameworks.")
+    parser = _Parser(prog="xrand", description="Reproducible diffusion noise across frameworks.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser("compare", help="run the same DDIM pipeline on torch and MindSpore and compare them "
