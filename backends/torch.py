@@ -1,7 +1,6 @@
 """PyTorch backend: tensors on any torch device; torch.Generator draws exactly as diffusers does."""
 from __future__ import annotations
 
-import functools
 import os
 import sys
 from typing import Any, Dict, Optional, Sequence, Tuple
@@ -71,20 +70,14 @@ class TorchBackend(Backend):
         return self.randn_native(shape, None, device=device, dtype=None if dtype is None else self.dtype(dtype),
                                  layout=layout)
 
-    @functools.cached_property
-    def _cpu(self) -> Any:
-        import torch
-
-        return torch.device("cpu")
-
     def randn_native(self, shape, generator, device=None, dtype=None, layout=None) -> Any:
         """diffusers.utils.torch_utils.randn_tensor, line for line (diffusers 0.35)."""
         import torch
 
         if layout is None and isinstance(generator, torch.Generator) and generator.device.type == "cpu":
             # what the lines below do for the usual call (one CPU generator, a CPU or no device), made cheap
-            if device is None:
-                return torch.randn(shape, generator=generator, dtype=dtype, layout=torch.strided).to(self._cpu)
+            if device is None:  # a CPU generator draws on the CPU, so diffusers' .to("cpu") is a no-op
+                return torch.randn(shape, generator=generator, dtype=dtype, layout=torch.strided)
             if isinstance(device, torch.device) and device.type == "cpu":  # .to(device) would be a no-op
                 return torch.randn(shape, generator=generator, device=device, dtype=dtype, layout=torch.strided)
         device = self.device(device)

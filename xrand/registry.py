@@ -86,7 +86,12 @@ def _factory(name: str) -> Callable[[], Backend]:
 
 def backend(name: Optional[str] = None) -> Backend:
     """The backend object named ``name`` (the active one when None); its framework is not imported."""
-    name = get_backend() if name is None else _check_name(name)
+    if name is None:
+        name = get_backend()
+    instance = _instances.get(name) if type(name) is str else None
+    if instance is not None:  # the usual call: no lock, so dispatch stays cheap
+        return instance
+    name = _check_name(name)
     with _lock:
         instance = _instances.get(name)
         if instance is None:
