@@ -14,7 +14,6 @@ Targets: numpy and numba engines at most 1.5x torch's time per value, native 1.0
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import statistics
 from typing import Callable, Dict
 
@@ -31,27 +30,9 @@ BASELINE = {"engine=numpy": "torch.randn", "engine=numba": "torch.randn", "nativ
 
 def torch_cpu_methods() -> tuple:
     """(name -> callable(n), where they came from): the torch-cpu engines and torch.randn."""
-    try:
-        import bench_torch_cpu
+    import bench_torch_cpu
 
-        found = bench_torch_cpu.methods()
-        if "torch.randn" in found and any(name.startswith("engine=") for name in found):
-            return found, "bench_torch_cpu.methods()"
-    except Exception as exc:  # the owner's file changed shape: time the engines here
-        print(f"bench_torch_cpu.methods() not usable ({exc}); using this file's definitions")
-    import torch
-
-    from xrand.streams.torch_cpu import TorchCPUStream
-
-    generator = torch.Generator("cpu").manual_seed(0)
-    found = {"torch.randn": lambda n: torch.randn(n, generator=generator)}
-    for engine in ("numba", "numpy", "torch"):
-        if engine != "numpy" and importlib.util.find_spec(engine) is None:
-            continue
-        stream = TorchCPUStream(0, engine=engine)
-        label = "native (engine=torch)" if engine == "torch" else f"engine={engine}"
-        found[label] = lambda n, s=stream: s.normal((n,), "float32")
-    return found, "this file (benchmarks/bench_streams.py)"
+    return bench_torch_cpu.methods(), "bench_torch_cpu.methods()"
 
 
 def pcg64_methods() -> Dict[str, Callable[[int], object]]:
