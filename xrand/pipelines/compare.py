@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from .ddim import Settings, Side
+from .patch import patched
 
 #: mindone's own torch-vs-MindSpore pipeline tests accept these relative L2 errors.
 DEFAULT_TOLERANCE = {"float32": 5e-3, "float16": 5e-2}
@@ -118,7 +119,6 @@ def lockstep(torch_pipe: Any, ms_pipe: Any, settings: Settings, torch_side: Side
 
     from ..generator import Generator
     from .ddim import mindspore_mode
-    from .patch import patched
 
     inputs = [torch_side.initial_noise] + list(torch_side.states[:-1])
     torch_dtype, ms_dtype = getattr(torch, settings.dtype), getattr(ms, settings.dtype)
@@ -165,8 +165,9 @@ def compare_frameworks(settings: Settings, torch_device: str = "cpu", mindspore_
     ms_device = _mindspore_device(mindspore_device)
     torch_pipe = load_torch_pipeline(settings.model, settings.dtype, torch_device, quiet)
     ms_pipe = load_mindspore_pipeline(settings.model, settings.dtype, quiet)
-    a = run_pipeline("torch", torch_pipe, settings, torch_device)
-    b = run_pipeline("mindspore", ms_pipe, settings, ms_device, mindspore_mode)
+    with patched():  # once for both runs: (un)patching scans every loaded module
+        a = run_pipeline("torch", torch_pipe, settings, torch_device)
+        b = run_pipeline("mindspore", ms_pipe, settings, ms_device, mindspore_mode)
     a.environment = fingerprint(["torch"])
     b.environment = fingerprint(["mindspore"])
     b.environment["mindspore_mode"] = mindspore_mode
