@@ -51,6 +51,8 @@ class TorchBackend(Backend):
 
         tensor = torch.from_numpy(np.ascontiguousarray(array))
         target = None if dtype is None else self.dtype(dtype)
+        if device is None and (target is None or target == tensor.dtype):
+            return tensor  # what .to() would return, without its cost
         return tensor.to(device=self.device(device), dtype=target)
 
     def to_numpy(self, tensor: Any) -> np.ndarray:
