@@ -231,9 +231,9 @@ def run(repeats: int = 5) -> Section:
             section.notes.append(
                 "MindSpore in PyNative mode misses the 2x target and graph mode meets it. In PyNative every "
                 "operator is dispatched from Python one at a time (`run_op_async`, one call per operator; the "
-                "digits UNet has over 100 per step) and MindSpore's CPU kernels for the attention's batched "
-                "matmul and for dense layers are slower than torch's (`pyboost_batch_mat_mul`, `pyboost_dense` "
-                "in the profiles below); graph mode compiles the UNet into one graph, dispatched once per step. "
+                "digits UNet has over 100 per step), and each convolution runs as im2col plus a batched matmul "
+                "(the CPU fallback; `pyboost_batch_mat_mul` in the profiles below) with the unfold, reshape and "
+                "bias operators around it; graph mode compiles the UNet into one graph, dispatched once per step. "
                 "`xrand compare --mindspore-mode graph` uses it; PyNative stays the default because it is "
                 "mindone's own default and, on the small digits model, the compilation costs about what it saves "
                 "over 50 steps.")
