@@ -27,7 +27,9 @@ class Backend:
     # -- availability, without importing the framework -------------------------------------
     def unavailable_reason(self) -> Optional[str]:
         """None when usable here, else a one-line reason."""
-        if self.module and importlib.util.find_spec(self.module) is None:
+        if not self.module or sys.modules.get(self.module) is not None:  # loaded: no search needed
+            return None
+        if importlib.util.find_spec(self.module) is None:
             hint = f" (pip install 'xrand[{self.extra}]')" if self.extra else ""
             return f"{self.module} is not installed{hint}"
         return None

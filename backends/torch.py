@@ -15,9 +15,6 @@ class TorchBackend(Backend):
     module = "torch"
     extra = "torch"
 
-    def unavailable_reason(self) -> Optional[str]:
-        return None if sys.modules.get("torch") is not None else super().unavailable_reason()
-
     def is_tensor(self, obj: Any) -> bool:
         torch = sys.modules.get("torch")
         return torch is not None and isinstance(obj, torch.Tensor)
