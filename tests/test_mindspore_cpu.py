@@ -12,6 +12,7 @@ import mindspore.mint.nn.functional as MF  # noqa: E402
 import torch.nn.functional as TF  # noqa: E402
 
 from xrand.pipelines import mindspore_cpu  # noqa: E402
+from xrand.pipelines.ddim import mindspore_mode  # noqa: E402
 
 pytestmark = pytest.mark.skipif(ms.get_context("device_target") != "CPU",
                                 reason="the fallbacks only apply when MindSpore targets the CPU")
@@ -186,7 +187,7 @@ def test_graph_mode_compiles_the_fallbacks_and_restores_the_mode():
     with torch.no_grad():
         expected = pt(torch.from_numpy(x), torch.tensor(10)).sample.numpy()
     mode = ms.get_context("mode")
-    with mindspore_cpu.cpu_fallbacks(graph_mode=True):
+    with mindspore_cpu.cpu_fallbacks(), mindspore_mode("graph"):
         assert ms.get_context("mode") == ms.GRAPH_MODE
         out = ms_unet(ms.tensor(x), ms.tensor(10))[0].asnumpy()
     assert ms.get_context("mode") == mode

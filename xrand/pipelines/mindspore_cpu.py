@@ -7,10 +7,12 @@ mindone's own ``DDIMPipeline`` runs unchanged. It does nothing unless MindSpore'
 target is ``"CPU"`` (Ascend and GPU keep their own kernels); :func:`uninstall` puts every
 original object back.
 
-    from xrand.pipelines import mindspore_cpu
+    from xrand.pipelines import ddim, mindspore_cpu
     mindspore_cpu.tune_cpu_runtime()                   # once per process
-    with mindspore_cpu.cpu_fallbacks(graph_mode=True):
+    with mindspore_cpu.cpu_fallbacks(), ddim.mindspore_mode("graph"):
         images = mindone_pipeline(...)
+
+The fallbacks compile in MindSpore's graph mode too (each Cell compiled on its first call).
 
 Speed (DDIM pipeline step, batch 1, 2 shared cores, MindSpore 2.10 vs torch 2.13 at 2 threads;
 the machine was shared, so +-30%): google/ddpm-cifar10-32 architecture: torch 0.07-0.12 s;
@@ -190,23 +192,16 @@ def uninstall() -> None:
 
 
 @contextlib.contextmanager
-def cpu_fallbacks(graph_mode: bool = False):
+def cpu_fallbacks():
     """Context manager: the CPU fallbacks inside the block (if the target is CPU), not after.
 
-    Leaves them in place when they were already installed on entry. ``graph_mode=True``
-    also runs the block in MindSpore's GRAPH_MODE (each Cell compiled on its first call;
-    mindone's DDIMPipeline works unchanged) and restores the previous mode afterwards.
+    Leaves them in place when they were already installed on entry.
     """
     already = installed()
-    active = install()
-    mode = ms.get_context("mode")
-    if graph_mode and active:
-        ms.set_context(mode=ms.GRAPH_MODE)
+    install()
     try:
         yield
     finally:
-        if ms.get_context("mode") != mode:
-            ms.set_context(mode=mode)
         if not already:
             uninstall()
 
