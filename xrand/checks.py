@@ -1,6 +1,7 @@
 """Validation of user input shared by the public functions: every error names the value."""
 from __future__ import annotations
 
+import math
 import numbers
 import operator
 import os
@@ -30,6 +31,13 @@ def check_seed(seed: Any, what: str = "seed") -> int:
 
 def check_shape(shape: Any) -> Tuple[int, ...]:
     """A tuple of non-negative integers whose product stays below MAX_NUMEL."""
+    if type(shape) is tuple:  # the usual call, kept cheap: randn_tensor runs this on every draw
+        for dim in shape:
+            if type(dim) is not int or dim < 0:
+                break
+        else:
+            if math.prod(shape) <= MAX_NUMEL:
+                return shape
     if isinstance(shape, numbers.Integral) and not isinstance(shape, bool):
         shape = (shape,)
     if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):

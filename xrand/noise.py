@@ -1,7 +1,6 @@
 """``randn_tensor`` and ``manual_seed``: the one entry point for noise on every backend."""
 from __future__ import annotations
 
-import math
 import random
 import sys
 import threading
@@ -9,7 +8,7 @@ from typing import Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from .checks import MAX_NUMEL, check_fits_memory, check_seed, check_shape, dtype_name
+from .checks import check_fits_memory, check_seed, check_shape, dtype_name
 from .generator import Generator
 from .registry import backend, backend_names, usable_backend
 
@@ -64,17 +63,6 @@ def _kind(generator: Any) -> str:
     )
 
 
-def _checked_shape(shape: Any) -> Tuple[int, ...]:
-    """check_shape, with a quick pass for the usual tuple of non-negative ints (dispatch stays cheap)."""
-    if type(shape) is tuple:
-        for dim in shape:
-            if type(dim) is not int or dim < 0:
-                return check_shape(shape)
-        if math.prod(shape) <= MAX_NUMEL:
-            return shape
-    return check_shape(shape)
-
-
 def randn_tensor(
     shape: Sequence[int],
     generator: Union[AnyGenerator, Sequence[AnyGenerator]] = None,
@@ -94,7 +82,7 @@ def randn_tensor(
 
     A list holds one generator per batch item (``shape[0]``); each draws a ``(1, ...)`` tensor.
     """
-    shape = _checked_shape(shape)
+    shape = check_shape(shape)
     torch = sys.modules.get("torch")  # a torch.Generator implies torch is imported
     if torch is not None and isinstance(generator, torch.Generator):  # the call diffusers pipelines make
         return _torch_randn(shape, generator, device, dtype, layout)
