@@ -3,7 +3,9 @@ profiles, fresh-process runs, machine facts and the result tables that run.py wr
 """
 from __future__ import annotations
 
+import argparse
 import cProfile
+import inspect
 import io
 import json
 import os
@@ -275,3 +277,10 @@ def load_average() -> str:
         return " / ".join(f"{v:.2f}" for v in os.getloadavg())
     except OSError:
         return "?"
+
+
+def figure_main(run: Callable[..., "Section"], description: str) -> None:
+    """The command line of a figure module: ``--repeats`` (default: ``run``'s own), then the table."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--repeats", type=int, default=inspect.signature(run).parameters["repeats"].default)
+    print(run(parser.parse_args().repeats).markdown())

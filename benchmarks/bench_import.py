@@ -10,12 +10,11 @@ processes' wall times is a cross-check. Target: under 50 ms, and neither torch n
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import subprocess
 import time
 
-from bench_common import PYTHON, ROOT, Row, Section, fmt_mmm
+from bench_common import PYTHON, ROOT, Row, Section, figure_main, fmt_mmm
 
 TARGET_MS = 50.0
 HEAVY = ("torch", "mindspore", "diffusers", "mindone", "numba", "transformers")
@@ -92,9 +91,7 @@ def run(repeats: int = 15) -> Section:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=15)
-    print(run(parser.parse_args().repeats).markdown())
+    figure_main(run, __doc__.splitlines()[0])
 
 
 if __name__ == "__main__":

@@ -13,14 +13,13 @@ dtype=float32; mindone: dtype=float32). Target: xrand's time at most 1.05x the l
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import functools
 import statistics
 
 import numpy as np
 
-from bench_common import Row, Section, calls_for, fmt_mmm, interleaved, profile_top, ratios
+from bench_common import Row, Section, calls_for, figure_main, fmt_mmm, interleaved, profile_top, ratios
 
 SHAPES = ((1, 3, 32, 32), (1, 4, 64, 64), (4, 4, 128, 128))
 SEED = 1234
@@ -122,9 +121,7 @@ def run(repeats: int = 21) -> Section:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=21)
-    print(run(parser.parse_args().repeats).markdown())
+    figure_main(run, __doc__.splitlines()[0])
 
 
 if __name__ == "__main__":

@@ -13,11 +13,10 @@ Targets: numpy and numba engines at most 1.5x torch's time per value, native 1.0
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 from typing import Callable, Dict
 
-from bench_common import Row, Section, fmt_mmm, interleaved, profile_top, ratios
+from bench_common import Row, Section, figure_main, fmt_mmm, interleaved, profile_top, ratios
 
 SIZES = (65_536, 3_145_728)
 VALUES_PER_TIMING = 2**20  # small draws are timed as several calls in a row
@@ -121,9 +120,7 @@ def run(repeats: int = 21) -> Section:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=21)
-    print(run(parser.parse_args().repeats).markdown())
+    figure_main(run, __doc__.splitlines()[0])
 
 
 if __name__ == "__main__":
