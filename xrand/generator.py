@@ -65,6 +65,10 @@ class Generator:
 
         shape, dtype = check_shape(shape), dtype_name(dtype)
         check_fits_memory(shape, dtype)
+        return self._draw(shape, dtype)
+
+    def _draw(self, shape: Tuple[int, ...], dtype: str) -> np.ndarray:
+        """:meth:`normal` for a shape and dtype name already checked (randn_tensor checks them once)."""
         with self._lock:
             return self._stream.normal(shape, dtype)
 

@@ -118,13 +118,13 @@ def randn_tensor(
     name = dtype_name(dtype, default="float64" if kind == "numpy" else "float32")
     check_fits_memory(shape, name)
     if generators is None:
-        array = generator.standard_normal(shape) if kind == "numpy" else generator.normal(shape, name)
+        array = generator.standard_normal(shape) if kind == "numpy" else generator._draw(shape, name)
     else:
         item_shape = (1,) + shape[1:]
         if kind == "numpy":
             draws = [g.standard_normal(item_shape) for g in generators]
         else:
-            draws = [g.normal(item_shape, name) for g in generators]
+            draws = [g._draw(item_shape, name) for g in generators]
         array = np.concatenate(draws, axis=0)
     return target.from_numpy(array, name, device)
 
