@@ -81,21 +81,51 @@ def test_state_continues_in_another_process(tmp_path):
     assert out.stdout.strip() == g.normal((6,), "float64").tobytes().hex()
 
 
-def test_spawn_children_are_reproducible_distinct_and_continue_the_count():
-    a = xrand.Generator(8, stream="pcg64").spawn(3)
-    b = xrand.Generator(8, stream="pcg64").spawn(3)
-    assert [c.initial_seed() for c in a] == [c.initial_seed() for c in b]
-    assert len({c.initial_seed() for c in a}) == 3
-    assert all(c.stream == "pcg64" for c in a)
-    parent = xrand.Generator(8, stream="pcg64")
+def _draws(children):
+    return [c.normal((4,), "float64").tolist() for c in children]
+
+
+@pytest.mark.parametrize("stream", ["pcg64", "torch-cpu"])
+def test_spawn_children_are_reproducible_distinct_and_continue_the_count(stream):
+    a = _draws(xrand.Generator(8, stream=stream).spawn(3))
+    assert a == _draws(xrand.Generator(8, stream=stream).spawn(3))
+    assert len({tuple(x) for x in a}) == 3
+    parent = xrand.Generator(8, stream=stream)
     first, second = parent.spawn(2), parent.spawn(1)
-    assert [c.initial_seed() for c in first + second] == [c.initial_seed() for c in a]
+    assert all(c.stream == stream for c in first + second)
+    assert _draws(first + second) == a
+
+
+def test_pcg64_spawn_is_numpys_spawn():
+    """Children and grandchildren equal numpy.random.Generator(PCG64(seed)).spawn(n)'s."""
+    ours = xrand.Generator(8, stream="pcg64").spawn(3)
+    theirs = np.random.Generator(np.random.PCG64(8)).spawn(3)
+    for child, reference in zip(ours, theirs):
+        assert np.array_equal(child.normal((5,), "float64"), reference.standard_normal(5))
+    grandchild, reference = ours[1].spawn(2)[1], theirs[1].spawn(2)[1]
+    assert np.array_equal(grandchild.normal((5,), "float64"), reference.standard_normal(5))
+
+
+def test_pcg64_child_state_round_trips_with_its_spawn_key():
+    child = xrand.Generator(8, stream="pcg64").spawn(2)[1]
+    state = json.loads(json.dumps(child.get_state()))
+    twin = xrand.Generator(0, stream="pcg64").set_state(state)
+    assert np.array_equal(twin.normal((3,), "float64"), child.normal((3,), "float64"))
+    assert np.array_equal(_draws(twin.spawn(1)), _draws(child.spawn(1)))
+
+
+def test_torch_cpu_child_seed_reproduces_it_in_torch():
+    torch = pytest.importorskip("torch")
+    child = xrand.Generator(8).spawn(1)[0]
+    expected = torch.randn(20, generator=torch.Generator().manual_seed(child.initial_seed()))
+    assert np.array_equal(child.normal((20,)), expected.numpy())
 
 
 def test_spawn_is_the_same_in_a_fresh_process():
-    seeds = [c.initial_seed() for c in xrand.Generator(123, stream="pcg64").spawn(4)]
-    out = run_python("import xrand; print([c.initial_seed() for c in xrand.Generator(123, stream='pcg64').spawn(4)])")
-    assert out.stdout.strip() == str(seeds), out.stderr
+    draws = [c.normal((2,), "float64").tolist() for c in xrand.Generator(123, stream="pcg64").spawn(4)]
+    out = run_python("import xrand; print([c.normal((2,), 'float64').tolist() "
+                     "for c in xrand.Generator(123, stream='pcg64').spawn(4)])")
+    assert out.stdout.strip() == str(draws), out.stderr
 
 
 def test_shared_generator_in_threads_gives_whole_draws_from_one_stream():

@@ -7,6 +7,8 @@
 
 Importing xrand imports NumPy only; a framework is imported when its backend is first used.
 """
+from ._version import __version__
+from .checks import UsageError
 from .determinism import disable_full_determinism, enable_full_determinism, full_determinism_enabled
 from .generator import Generator
 from .noise import manual_seed, randn_tensor
@@ -19,9 +21,8 @@ from .registry import (
     set_backend,
     use_backend,
 )
+from .patch import is_patched, patch, patched, unpatch
 from .streams import register_stream, stream_names
-
-__version__ = "0.1.0"
 
 __all__ = [
     "BackendInfo",
@@ -39,8 +40,9 @@ __all__ = [
     "set_backend",
     "stream_names",
     "use_backend",
+    "UsageError",
+    "is_patched",
+    "patch",
+    "patched",
+    "unpatch",
 ]
-
-from .pipelines.patch import is_patched, patch, patched, unpatch  # noqa: E402
-
-__all__ += ["is_patched", "patch", "patched", "unpatch"]

@@ -1,11 +1,45 @@
-"""Validation of user input shared by the public functions: every error names the value."""
+"""Validation of user input shared by the public functions: every error names the value.
+
+Every check raises :class:`UsageError` (a ``ValueError``), or :class:`UsageTypeError` (also a
+``TypeError``) for a value of the wrong type, so callers and the command line can tell a
+mistake in the input from a bug.
+"""
 from __future__ import annotations
 
+import importlib.util
 import math
 import numbers
 import operator
 import os
+import sys
 from typing import Any, Optional, Tuple
+
+
+class UsageError(ValueError):
+    """Bad input: the message names the value and what is accepted."""
+
+
+class UsageTypeError(UsageError, TypeError):
+    """Bad input of the wrong type."""
+
+
+def module_loaded(name: str) -> bool:
+    """Whether module ``name`` is imported (``sys.modules[name] = None`` hides one, as tests do)."""
+    return sys.modules.get(name) is not None
+
+
+_installed: dict = {}
+
+
+def module_installed(name: str) -> bool:
+    """Whether module ``name`` can be imported here, asked once per process (find_spec costs ~30 us)."""
+    if module_loaded(name):
+        return True
+    if name in sys.modules:  # hidden
+        return False
+    if name not in _installed:
+        _installed[name] = importlib.util.find_spec(name) is not None
+    return _installed[name]
 
 #: Largest number of elements one call may ask for (2**40 float32 values is 4 TiB).
 MAX_NUMEL = 2**40
@@ -22,10 +56,10 @@ _DTYPE_ALIASES = {
 def check_seed(seed: Any, what: str = "seed") -> int:
     """An integer in [0, 2**64); bools and floats are refused rather than truncated."""
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-        raise TypeError(f"{what} must be an integer in [0, 2**64), got {seed!r} ({type(seed).__name__})")
+        raise UsageTypeError(f"{what} must be an integer in [0, 2**64), got {seed!r} ({type(seed).__name__})")
     seed = int(seed)
     if seed < 0 or seed >= 2**64:
-        raise ValueError(f"{what} must be an integer in [0, 2**64), got {seed}")
+        raise UsageError(f"{what} must be an integer in [0, 2**64), got {seed}")
     return seed
 
 
@@ -41,26 +75,26 @@ def check_shape(shape: Any) -> Tuple[int, ...]:
     if isinstance(shape, numbers.Integral) and not isinstance(shape, bool):
         shape = (shape,)
     if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):
-        raise TypeError(f"shape must be a tuple or list of non-negative integers, got {shape!r}")
+        raise UsageTypeError(f"shape must be a tuple or list of non-negative integers, got {shape!r}")
     dims = []
     for dim in shape:
         try:
             if isinstance(dim, bool):
-                raise TypeError
+                raise TypeError  # caught below
             dim = operator.index(dim)
         except TypeError:
-            raise TypeError(
+            raise UsageTypeError(
                 f"shape must be a tuple or list of non-negative integers, got {tuple(shape)!r} "
                 f"(entry {dim!r} is a {type(dim).__name__})"
             ) from None
         if dim < 0:
-            raise ValueError(f"shape must hold non-negative integers, got {tuple(shape)!r}")
+            raise UsageError(f"shape must hold non-negative integers, got {tuple(shape)!r}")
         dims.append(dim)
     numel = 1
     for dim in dims:
         numel *= dim
     if numel > MAX_NUMEL:
-        raise ValueError(f"shape {tuple(dims)!r} has {numel} elements, more than the limit of {MAX_NUMEL}")
+        raise UsageError(f"shape {tuple(dims)!r} has {numel} elements, more than the limit of {MAX_NUMEL}")
     return tuple(dims)
 
 
@@ -80,7 +114,7 @@ def check_fits_memory(shape: Tuple[int, ...], dtype: str) -> None:
     nbytes = numel * (8 if dtype == "float64" else 4)  # float16/bfloat16 are made in float32
     limit = physical_memory()
     if limit is not None and nbytes > limit:
-        raise ValueError(
+        raise UsageError(
             f"shape {shape!r} of {dtype} needs {nbytes / 2**30:.1f} GiB, more than this machine's "
             f"{limit / 2**30:.1f} GiB of memory"
         )
@@ -105,5 +139,22 @@ def dtype_name(dtype: Any, default: str = "float32") -> str:
         key = key.rsplit(".", 1)[-1]
     name = _DTYPE_ALIASES.get(key)
     if name is None:
-        raise ValueError(f"unknown dtype {dtype!r}; accepted: {', '.join(DTYPE_NAMES)} (names or framework dtypes)")
+        raise UsageError(f"unknown dtype {dtype!r}; accepted: {', '.join(DTYPE_NAMES)} (names or framework dtypes)")
     return name
+
+
+def check_generator_list(generators: Any, shape: Tuple[int, ...]) -> list:
+    """One generator per batch item (``shape[0]``), all of one kind."""
+    if not generators:
+        raise UsageError("generator list is empty; pass one generator or one per batch item")
+    kinds = sorted({"xrand" if type(g).__module__.startswith("xrand.") else type(g).__module__.split(".")[0]
+                    for g in generators})
+    if len(kinds) > 1:
+        raise UsageTypeError(f"generator list mixes kinds {kinds}; use generators of one kind")
+    if len(generators) > 1 and (not shape or len(generators) != shape[0]):
+        batch = shape[0] if shape else "no batch dimension"
+        raise UsageError(
+            f"got {len(generators)} generators for a batch of {batch} (shape {shape}); "
+            "pass one generator or exactly one per batch item"
+        )
+    return list(generators)

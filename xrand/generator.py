@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import threading
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
-from .checks import check_seed, dtype_name
-from .streams import DEFAULT_STREAM, make_stream, stream_names
+from .checks import UsageError, UsageTypeError, check_fits_memory, check_seed, check_shape, dtype_name
+from .streams import DEFAULT_STREAM, Stream, make_stream
 
 STATE_VERSION = 1
 
@@ -20,31 +20,45 @@ def _fresh_seed() -> int:
 class Generator:
     """A generator of standard normal noise that gives the same numbers on every backend.
 
-    ``stream`` picks how numbers are made: ``"torch-cpu"`` (the default) reproduces
+    ``stream`` picks how numbers are made, by name or as a stream instance (as
+    ``numpy.random.Generator`` takes a bit generator): ``"torch-cpu"`` (the default) reproduces
     ``torch.Generator("cpu").manual_seed(seed)``, ``"torch-cuda"`` torch's CUDA generator,
     ``"pcg64"`` ``numpy.random.Generator(PCG64(seed))`` as mindone.diffusers uses it.
-    ``options`` go to the stream (e.g. ``engine=``, ``kernel=``, ``gpu=``).
+    ``options`` go to a named stream (e.g. ``engine=``, ``kernel=``, ``gpu=``). With an instance
+    and no seed, the generator continues from the instance's state.
 
     Calls are serialised by a lock, so a generator shared between threads stays a single
     well-defined stream (which thread gets which numbers still depends on timing).
     """
 
-    def __init__(self, seed: Optional[int] = None, stream: str = DEFAULT_STREAM, **options: Any) -> None:
-        if not isinstance(stream, str):
-            raise TypeError(f"stream must be a name such as {stream_names()!r}, got {stream!r}")
-        self._seed = _fresh_seed() if seed is None else check_seed(seed)
-        self._stream = make_stream(stream, self._seed, **options)
-        self._stream_name = stream
-        self._spawned = 0
+    def __init__(self, seed: Optional[int] = None, stream: Union[str, Stream] = DEFAULT_STREAM,
+                 **options: Any) -> None:
         self._lock = threading.Lock()
+        self._spawn_key: Tuple[int, ...] = ()
+        self._spawned = 0
+        if isinstance(stream, Stream):
+            if options:
+                raise UsageTypeError(f"options {sorted(options)!r} go to a stream name, not to a stream instance")
+            if seed is None:
+                if stream.initial_seed is None:
+                    raise UsageError(f"{stream!r} does not record its seed; pass seed= with it")
+                self._seed = check_seed(stream.initial_seed)
+            else:
+                self._seed = check_seed(seed)
+                stream.seed(self._seed)
+            self._stream = stream
+        elif isinstance(stream, str):
+            self._seed = _fresh_seed() if seed is None else check_seed(seed)
+            self._stream = make_stream(stream, self._seed, **options)
+        else:
+            raise UsageTypeError(f"stream must be a stream name or an xrand.streams.Stream, got {stream!r}")
 
     # -- torch.Generator-like seeding --------------------------------------------------------
     def manual_seed(self, seed: int) -> "Generator":
         seed = check_seed(seed)
         with self._lock:
             self._stream.seed(seed)
-            self._seed = seed
-            self._spawned = 0
+            self._seed, self._spawn_key, self._spawned = seed, (), 0
         return self
 
     def initial_seed(self) -> int:
@@ -52,7 +66,7 @@ class Generator:
 
     @property
     def stream(self) -> str:
-        return self._stream_name
+        return self._stream.name
 
     @property
     def stream_options(self) -> Dict[str, Any]:
@@ -61,8 +75,6 @@ class Generator:
     # -- drawing ------------------------------------------------------------------------------
     def normal(self, shape: Tuple[int, ...], dtype: Any = "float32") -> np.ndarray:
         """Standard normal values for a tensor of ``shape`` as a NumPy array (bfloat16 as float32)."""
-        from .checks import check_fits_memory, check_shape
-
         shape, dtype = check_shape(shape), dtype_name(dtype)
         check_fits_memory(shape, dtype)
         return self._draw(shape, dtype)
@@ -78,9 +90,10 @@ class Generator:
         with self._lock:
             return {
                 "xrand_generator": STATE_VERSION,
-                "stream": self._stream_name,
+                "stream": self._stream.name,
                 "options": self._stream.options(),
                 "seed": self._seed,
+                "spawn_key": list(self._spawn_key),
                 "spawned": self._spawned,
                 "stream_state": self._stream.get_state(),
             }
@@ -88,22 +101,26 @@ class Generator:
     def set_state(self, state: Dict[str, Any]) -> "Generator":
         """Continue exactly where :meth:`get_state` was taken (the stream may differ from ours)."""
         if not isinstance(state, dict) or state.get("xrand_generator") != STATE_VERSION:
-            raise ValueError(
+            raise UsageError(
                 f"malformed generator state {_short(state)}: expected the dict from Generator.get_state() "
                 f"with xrand_generator={STATE_VERSION}"
             )
         missing = [k for k in ("stream", "options", "seed", "spawned", "stream_state") if k not in state]
         if missing:
-            raise ValueError(f"malformed generator state: missing keys {missing}")
+            raise UsageError(f"malformed generator state: missing keys {missing}")
         if not isinstance(state["options"], dict):
-            raise ValueError(f"malformed generator state: options must be a dict, got {state['options']!r}")
+            raise UsageError(f"malformed generator state: options must be a dict, got {state['options']!r}")
         seed = check_seed(state["seed"], "state['seed']")
         spawned = check_seed(state["spawned"], "state['spawned']")
+        key = state.get("spawn_key", [])  # states written before spawn keys were recorded have none
+        if not isinstance(key, list):
+            raise UsageError(f"malformed generator state: spawn_key must be a list, got {key!r}")
+        key = tuple(check_seed(k, "state['spawn_key'] entry") for k in key)
         stream = make_stream(state["stream"], seed, **state["options"])
         stream.set_state(state["stream_state"])
         with self._lock:
-            self._stream, self._stream_name = stream, state["stream"]
-            self._seed, self._spawned = seed, spawned
+            self._stream = stream
+            self._seed, self._spawn_key, self._spawned = seed, key, spawned
         return self
 
     def __getstate__(self) -> Dict[str, Any]:
@@ -111,29 +128,34 @@ class Generator:
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
         self._lock = threading.Lock()
-        self._stream = None
         self.set_state(state)
 
     # -- children -----------------------------------------------------------------------------
     def spawn(self, n: int) -> List["Generator"]:
         """``n`` independent child generators, the same in every process for the same seed.
 
-        Children come from ``numpy.random.SeedSequence(seed, spawn_key=(k,))``; later calls
-        continue the count, like NumPy's ``spawn``.
+        Child ``k`` is seeded from ``numpy.random.SeedSequence(seed, spawn_key=key + (k,))``, as
+        NumPy's ``spawn`` does: with the pcg64 stream the children equal
+        ``np.random.Generator(np.random.PCG64(seed)).spawn(n)``'s. Later calls continue the count.
         """
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
-            raise ValueError(f"spawn needs a non-negative integer count, got {n!r}")
+            raise UsageError(f"spawn needs a non-negative integer count, got {n!r}")
         with self._lock:
             first, self._spawned = self._spawned, self._spawned + int(n)
         children = []
         for k in range(first, first + int(n)):
-            words = np.random.SeedSequence(self._seed, spawn_key=(k,)).generate_state(2, np.uint32)
-            child_seed = int(words[0]) | (int(words[1]) << 32)
-            children.append(Generator(child_seed, self._stream_name, **self._stream.options()))
+            key = self._spawn_key + (k,)
+            child = Generator.__new__(Generator)
+            child._lock, child._spawned = threading.Lock(), 0
+            child._stream = make_stream(self._stream.name, self._seed, **self._stream.options())
+            seed = child._stream.seed_from_sequence(np.random.SeedSequence(self._seed, spawn_key=key))
+            # a stream seeded from an integer reports it; one seeded by the sequence keeps its key
+            child._seed, child._spawn_key = (self._seed, key) if seed is None else (seed, ())
+            children.append(child)
         return children
 
     def __repr__(self) -> str:
-        return f"xrand.Generator(seed={self._seed}, stream={self._stream_name!r})"
+        return f"xrand.Generator(seed={self._seed}, stream={self._stream.name!r})"
 
 
 def _short(obj: Any) -> str:

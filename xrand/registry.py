@@ -9,12 +9,12 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import importlib
-import importlib.util
 import os
 import threading
 from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Union
 
 from .backends import Backend
+from .checks import UsageError, UsageTypeError, module_installed, module_loaded
 
 ENV_VAR = "XRAND_BACKEND"
 ENTRY_POINT_GROUP = "xrand.backends"
@@ -24,6 +24,8 @@ _BUILTIN = {
     "torch": "xrand.backends.torch:TorchBackend",
     "mindspore": "xrand.backends.mindspore:MindSporeBackend",
 }
+#: The framework module each backend needs, where known without creating the backend.
+_modules: Dict[str, str] = {"numpy": "", "torch": "torch", "mindspore": "mindspore"}
 
 _factories: Dict[str, Union[str, Callable[[], Backend]]] = dict(_BUILTIN)
 _instances: Dict[str, Backend] = {}
@@ -42,15 +44,23 @@ class BackendInfo(NamedTuple):
     reason: Optional[str]
 
 
-def register_backend(name: str, factory: Callable[[], Backend]) -> None:
-    """Add (or replace) a backend: ``factory()`` returns a :class:`xrand.backends.Backend`."""
+def register_backend(name: str, factory: Callable[[], Backend], module: Optional[str] = None) -> None:
+    """Add (or replace) a backend: ``factory()`` returns a :class:`xrand.backends.Backend`.
+
+    ``module`` names the framework it needs (its ``Backend.module``), so that
+    :func:`xrand.manual_seed` can seed an imported framework without creating the backend.
+    """
     if not isinstance(name, str) or not name.isidentifier():
-        raise ValueError(f"backend name must be an identifier-like string, got {name!r}")
+        raise UsageError(f"backend name must be an identifier-like string, got {name!r}")
     if not callable(factory):
-        raise TypeError(f"backend factory for {name!r} must be callable, got {factory!r}")
+        raise UsageTypeError(f"backend factory for {name!r} must be callable, got {factory!r}")
     with _lock:
         _factories[name] = factory
         _instances.pop(name, None)
+        if module is None:
+            _modules.pop(name, None)
+        else:
+            _modules[name] = module
 
 
 def _load_entry_points() -> None:
@@ -100,27 +110,43 @@ def backend(name: Optional[str] = None) -> Backend:
             except Exception as exc:  # a third-party plug-in that fails to load
                 raise RuntimeError(f"backend {name!r} could not be created: {exc}") from exc
             if not isinstance(instance, Backend):
-                raise TypeError(f"backend factory for {name!r} returned {instance!r}, not an xrand.backends.Backend")
+                raise UsageTypeError(f"backend factory for {name!r} returned {instance!r}, not an xrand.backends.Backend")
             _instances[name] = instance
     return instance
 
 
 def usable_backend(name: Optional[str] = None) -> Backend:
-    """Like :func:`backend`, but raise ``RuntimeError`` when its framework is missing here."""
+    """Like :func:`backend`, but a :class:`~xrand.checks.UsageError` when its framework is missing here."""
     b = backend(name)
     reason = b.unavailable_reason()
     if reason is not None:
-        raise RuntimeError(f"backend {b.name!r} cannot be used here: {reason}")
+        raise UsageError(f"backend {b.name!r} cannot be used here: {reason}")
     return b
+
+
+def loaded_backends() -> List[Backend]:
+    """The backends whose framework is imported in this process, without creating any other.
+
+    A backend whose framework module is known (built in, or registered with ``module=``) is
+    created only when that module is imported; any other only if it was created already.
+    """
+    rows = []
+    for name in list(_factories):
+        instance = _instances.get(name)
+        if instance is None and name in _modules and (not _modules[name] or module_loaded(_modules[name])):
+            instance = backend(name)
+        if instance is not None and instance.loaded():
+            rows.append(instance)
+    return rows
 
 
 def _check_name(name: Any) -> str:
     if not isinstance(name, str):
-        raise TypeError(f"backend name must be a string, got {name!r} ({type(name).__name__})")
+        raise UsageTypeError(f"backend name must be a string, got {name!r} ({type(name).__name__})")
     if name not in _factories:
         _load_entry_points()
     if name not in _factories:
-        raise ValueError(f"unknown backend {name!r}; known backends: {', '.join(backend_names())}")
+        raise UsageError(f"unknown backend {name!r}; known backends: {', '.join(backend_names())}")
     return name
 
 
@@ -142,11 +168,11 @@ def _default_name() -> str:
         try:
             return _check_name(env)
         except ValueError:
-            raise ValueError(
+            raise UsageError(
                 f"environment variable {ENV_VAR}={env!r} names no backend; known backends: "
                 f"{', '.join(backend_names())}"
             ) from None
-    return "torch" if importlib.util.find_spec("torch") is not None else "numpy"
+    return "torch" if module_installed("torch") else "numpy"
 
 
 def get_backend() -> str:

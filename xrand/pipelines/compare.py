@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from .ddim import Settings, Side
-from .patch import patched
+from ..patch import patched
 
 #: mindone's own torch-vs-MindSpore pipeline tests accept these relative L2 errors.
 DEFAULT_TOLERANCE = {"float32": 5e-3, "float16": 5e-2}

@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 import numpy as np
 
 from ..generator import Generator
-from .patch import patched
+from ..patch import patched
 from .quiet import silenced
 
 FRAMEWORKS = ("torch", "mindspore")

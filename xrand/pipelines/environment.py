@@ -11,7 +11,7 @@ import numpy as np
 
 def fingerprint(frameworks: Optional[Iterable[str]] = None) -> Dict[str, Any]:
     """Versions, machine, CPU capability and determinism flags of the given frameworks."""
-    from .. import __version__
+    from .._version import __version__
     from ..determinism import full_determinism_enabled
     from ..registry import backend
 

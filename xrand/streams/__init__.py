@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import Callable, Dict, List, Type, Union
 
+from ..checks import UsageError, UsageTypeError
 from .base import DTYPES, Stream
 
 # name -> "module:Class" (imported on first use) or a Stream subclass registered at run time
@@ -24,9 +25,9 @@ DEFAULT_STREAM = "torch-cpu"
 def register_stream(name: str, factory: Union[Type[Stream], Callable[..., Stream]]) -> None:
     """Add a stream: ``factory(seed, **options)`` must return a :class:`Stream`."""
     if not isinstance(name, str) or not name:
-        raise TypeError(f"stream name must be a non-empty string, got {name!r}")
+        raise UsageTypeError(f"stream name must be a non-empty string, got {name!r}")
     if not callable(factory):
-        raise TypeError(f"stream factory for {name!r} must be callable, got {factory!r}")
+        raise UsageTypeError(f"stream factory for {name!r} must be callable, got {factory!r}")
     _STREAMS[name] = factory
 
 
@@ -35,11 +36,11 @@ def stream_names() -> List[str]:
 
 
 def stream_factory(name: str) -> Callable[..., Stream]:
-    """The class (or factory) of stream ``name``; ``ValueError`` naming the known ones."""
+    """The class (or factory) of stream ``name``; ``UsageError`` naming the known ones."""
     try:
         entry = _STREAMS[name]
     except (KeyError, TypeError):
-        raise ValueError(f"unknown stream {name!r}; known streams: {', '.join(stream_names())}") from None
+        raise UsageError(f"unknown stream {name!r}; known streams: {', '.join(stream_names())}") from None
     if isinstance(entry, str):
         module, _, attr = entry.partition(":")
         entry = getattr(importlib.import_module(module), attr)

@@ -6,22 +6,21 @@ tensor lives. Every stream returns NumPy arrays, so any backend can take them.
 """
 from __future__ import annotations
 
-from typing import Any, ClassVar, Dict, Tuple
+from typing import Any, ClassVar, Dict, Optional, Tuple
 
 import numpy as np
 
-#: dtype names a stream must accept in :meth:`Stream.normal`.
-DTYPES = ("float16", "bfloat16", "float32", "float64")
-
-#: Largest seed any stream accepts (seeds are unsigned 64-bit integers).
-MAX_SEED = 2**64 - 1
+from ..checks import DTYPE_NAMES as DTYPES
+from ..checks import UsageTypeError
 
 
 class Stream:
     """Base class of all streams.
 
     Subclasses set :attr:`name` and implement ``seed``, ``normal``, ``get_state`` and
-    ``set_state``. ``normal(shape, dtype)`` returns an ndarray of ``shape`` with:
+    ``set_state``. ``seed(seed)`` gets an integer in [0, 2**64) and ``normal(shape, dtype)``
+    a tuple of non-negative ints and a name from :data:`DTYPES`, both already checked (and the
+    tensor known to fit in memory), and returns an ndarray of ``shape`` with:
 
     - ``float16``, ``float32``, ``float64``: that NumPy dtype;
     - ``bfloat16``: a ``float32`` array whose every value is exactly a bfloat16 value, so a
@@ -32,16 +31,30 @@ class Stream:
     """
 
     name: ClassVar[str] = ""
+    #: the seed of the last ``seed()`` call (``xrand.Generator(stream_instance)`` reports it)
+    initial_seed: Optional[int] = None
 
     def __init__(self, seed: int = 0, **options: Any) -> None:
         if options:
-            raise TypeError(
-                f"stream {self.name!r} takes no options, got {sorted(options)!r}"
-            )
+            raise UsageTypeError(f"stream {self.name!r} takes no options, got {sorted(options)!r}")
         self.seed(seed)
+        self.initial_seed = seed
 
     def seed(self, seed: int) -> None:
         raise NotImplementedError
+
+    def seed_from_sequence(self, sequence: np.random.SeedSequence) -> Optional[int]:
+        """Seed from a ``SeedSequence`` (children of ``Generator.spawn``); the integer seed used, if any.
+
+        The default seeds with the sequence's first 64 bits and returns them; a stream built on
+        NumPy bit generators seeds them with the sequence itself, as NumPy's ``spawn`` does,
+        and returns None.
+        """
+        words = sequence.generate_state(2, np.uint32)
+        seed = int(words[0]) | (int(words[1]) << 32)
+        self.seed(seed)
+        self.initial_seed = seed
+        return seed
 
     def normal(self, shape: Tuple[int, ...], dtype: str) -> np.ndarray:
         raise NotImplementedError

@@ -12,7 +12,7 @@ from typing import Any, Dict, Tuple
 import numpy as np
 
 from .base import Stream
-from ..checks import check_seed
+from ..checks import UsageError
 from ..numeric import cast_float64
 
 
@@ -25,14 +25,12 @@ class PCG64Stream(Stream):
     name = "pcg64"
 
     def seed(self, seed: int) -> None:
-        self._gen = np.random.Generator(np.random.PCG64(check_seed(seed)))
+        self._gen = np.random.Generator(np.random.PCG64(seed))
 
-    @classmethod
-    def from_numpy(cls, generator: np.random.Generator) -> "PCG64Stream":
-        """Wrap an existing NumPy generator (shares its state, as mindone would)."""
-        stream = cls.__new__(cls)
-        stream._gen = generator
-        return stream
+    def seed_from_sequence(self, sequence: np.random.SeedSequence) -> None:
+        """``PCG64(sequence)``: children equal ``np.random.Generator(PCG64(seed)).spawn(n)``'s."""
+        self._gen = np.random.Generator(np.random.PCG64(sequence))
+        self.initial_seed = None
 
     def normal(self, shape: Tuple[int, ...], dtype: str) -> np.ndarray:
         n = math.prod(shape)
@@ -49,8 +47,6 @@ class PCG64Stream(Stream):
 
     def get_state(self) -> Dict[str, Any]:
         state = self._gen.bit_generator.state
-        if state.get("bit_generator") != "PCG64":
-            raise ValueError(f"stream 'pcg64' wraps a {state.get('bit_generator')} bit generator")
         inner = state["state"]
         return {
             "stream": self.name,
@@ -63,7 +59,7 @@ class PCG64Stream(Stream):
     def set_state(self, state: Dict[str, Any]) -> None:
         try:
             if state["stream"] != self.name:
-                raise ValueError(f"state is of stream {state['stream']!r}, not {self.name!r}")
+                raise UsageError(f"state is of stream {state['stream']!r}, not {self.name!r}")
             numpy_state = {
                 "bit_generator": "PCG64",
                 "state": {"state": int(state["state"]), "inc": int(state["inc"])},
@@ -72,10 +68,10 @@ class PCG64Stream(Stream):
             }
             for key in ("state", "inc"):
                 if not 0 <= numpy_state["state"][key] < 2**128:
-                    raise ValueError(f"{key} {numpy_state['state'][key]} is not a 128-bit unsigned integer")
+                    raise UsageError(f"{key} {numpy_state['state'][key]} is not a 128-bit unsigned integer")
             self._gen.bit_generator.state = numpy_state
         except (KeyError, TypeError) as exc:
-            raise ValueError(
+            raise UsageError(
                 f"malformed pcg64 state {state!r}: expected a dict with keys "
                 "stream, state, inc, has_uint32, uinteger"
             ) from exc

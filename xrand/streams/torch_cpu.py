@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import importlib.util
 import math
 import numbers
 import struct
@@ -27,8 +26,8 @@ from typing import Any, Dict, Optional, Tuple
 import numpy as np
 
 from .base import Stream
-from ..checks import check_seed, check_shape, dtype_name
-from ..numeric import float32_to_bfloat16_values
+from ..checks import UsageError, check_seed, module_installed, module_loaded
+from ..numeric import cast_float64, float32_to_bfloat16_values
 
 ENGINES = ("auto", "torch", "numba", "numpy")
 KERNELS = ("avx2", "scalar")
@@ -62,35 +61,35 @@ def seed_key(seed: int) -> np.ndarray:
 def check_state(state: Any) -> Tuple[int, np.ndarray, int, Optional[float]]:
     """``(seed, key, pos, cached_normal)`` of a state dict; ``ValueError`` naming what is wrong."""
     if not isinstance(state, dict):
-        raise ValueError(f"torch-cpu state must be a dict with keys {', '.join(_STATE_KEYS)}, "
+        raise UsageError(f"torch-cpu state must be a dict with keys {', '.join(_STATE_KEYS)}, "
                          f"got {type(state).__name__}")
     missing = [k for k in _STATE_KEYS if k not in state]
     unknown = sorted(str(k) for k in state if k not in _STATE_KEYS)
     if missing or unknown:
-        raise ValueError(f"malformed torch-cpu state: missing keys {missing}, unknown keys {unknown}; "
+        raise UsageError(f"malformed torch-cpu state: missing keys {missing}, unknown keys {unknown}; "
                          f"expected {', '.join(_STATE_KEYS)}")
     if state["stream"] != "torch-cpu":
-        raise ValueError(f"state is of stream {state['stream']!r}, not 'torch-cpu'")
+        raise UsageError(f"state is of stream {state['stream']!r}, not 'torch-cpu'")
     seed = state["seed"]
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed < 2**64:
-        raise ValueError(f"state 'seed' must be an integer in [0, 2**64), got {seed!r}")
+        raise UsageError(f"state 'seed' must be an integer in [0, 2**64), got {seed!r}")
     try:
         key = np.asarray(state["key"])
     except (TypeError, ValueError, OverflowError):
         key = np.asarray(None)
     if key.shape != (N,) or key.dtype.kind not in "iu":
-        raise ValueError(f"state 'key' must be a list of {N} integers in [0, 2**32), "
+        raise UsageError(f"state 'key' must be a list of {N} integers in [0, 2**32), "
                          f"got {type(state['key']).__name__} of shape {key.shape} and dtype {key.dtype}")
     if key.min() < 0 or key.max() > 0xFFFFFFFF:
-        raise ValueError(f"state 'key' must be a list of {N} integers in [0, 2**32), "
+        raise UsageError(f"state 'key' must be a list of {N} integers in [0, 2**32), "
                          f"got values from {key.min()} to {key.max()}")
     pos = state["pos"]
     if isinstance(pos, bool) or not isinstance(pos, numbers.Integral) or not 1 <= pos <= N:
-        raise ValueError(f"state 'pos' must be an integer in [1, {N}] (words of 'key' used), got {pos!r}")
+        raise UsageError(f"state 'pos' must be an integer in [1, {N}] (words of 'key' used), got {pos!r}")
     cached = state["cached_normal"]
     if cached is not None:
         if isinstance(cached, bool) or not isinstance(cached, numbers.Real) or not math.isfinite(cached):
-            raise ValueError(f"state 'cached_normal' must be None or a finite float, got {cached!r}")
+            raise UsageError(f"state 'cached_normal' must be None or a finite float, got {cached!r}")
         cached = float(cached)
     return int(seed), key.astype(np.uint32), int(pos), cached
 
@@ -133,17 +132,17 @@ def parse_torch_state(data: Any) -> Dict[str, Any]:
         data = np.asarray(data.numpy() if hasattr(data, "numpy") else data, dtype=np.uint8).tobytes()
     data = bytes(data)
     if len(data) != TORCH_STATE_SIZE:
-        raise ValueError(f"a torch CPU generator state has {TORCH_STATE_SIZE} bytes, got {len(data)}")
+        raise UsageError(f"a torch CPU generator state has {TORCH_STATE_SIZE} bytes, got {len(data)}")
     seed, left, seeded, nxt = _HEAD.unpack_from(data, 0)
     if seeded != 1 or not 0 < left <= N or nxt > N:
-        raise ValueError(f"invalid mt19937 state (seeded={seeded}, left={left}, next={nxt}); "
+        raise UsageError(f"invalid mt19937 state (seeded={seeded}, left={left}, next={nxt}); "
                          f"torch needs seeded=1, 0 < left <= {N}, next <= {N}")
     if left > 1 and left + nxt != N + 1:
-        raise ValueError(f"mt19937 state with left={left}, next={nxt} was not made by torch "
+        raise UsageError(f"mt19937 state with left={left}, next={nxt} was not made by torch "
                          f"(after a twist left + next == {N + 1})")
     key = np.frombuffer(data, dtype="<u8", count=N, offset=_KEY_AT)
     if int(key.max()) > 0xFFFFFFFF:
-        raise ValueError("mt19937 state words must be below 2**32")
+        raise UsageError("mt19937 state words must be below 2**32")
     _, normal_y, _, valid = _NORMAL.unpack_from(data, _NORMAL_AT)
     return make_state(seed, key, N if left == 1 else nxt, normal_y if valid else None)
 
@@ -306,16 +305,6 @@ def uniform_double(words: np.ndarray) -> np.ndarray:
     return (((w[:, 0] & 0x1FFFFF) << np.uint64(32)) | w[:, 1]).astype(np.float64) * 2.0**-53
 
 
-def cast_double(x: np.ndarray, dtype: str) -> np.ndarray:
-    """static_cast<scalar_t>(double): float16 and bfloat16 go through float, as c10::Half does."""
-    if dtype == "float64":
-        return x
-    x = x.astype(np.float32)
-    if dtype == "bfloat16":
-        return float32_to_bfloat16_values(x)
-    return x.astype(dtype)
-
-
 # ----------------------------------------------------------------------------- engines
 
 class _MTEngine:
@@ -354,7 +343,7 @@ class _MTEngine:
             else:
                 value, self.cached = self.cached, None
             values.append(value + 0.0)  # val * std + mean
-        return cast_double(np.array(values, dtype=np.float64), dtype)
+        return cast_float64(np.array(values, dtype=np.float64), dtype)
 
     def _large(self, out: np.ndarray, dtype: str) -> None:
         """normal_fill (native/cpu/DistributionTemplates.h) into ``out``, a chunk at a time."""
@@ -480,30 +469,26 @@ class _TorchEngine:
         return out.reshape(shape)
 
 
-def _installed(module: str) -> bool:
-    return importlib.util.find_spec(module) is not None
-
-
 def resolve_engine(engine: str, kernel: str) -> str:
     """The engine ``"auto"`` stands for: torch if imported, else numba, else torch, else numpy."""
     if engine not in ENGINES:
-        raise ValueError(f"unknown torch-cpu engine {engine!r}; accepted: {', '.join(ENGINES)}")
+        raise UsageError(f"unknown torch-cpu engine {engine!r}; accepted: {', '.join(ENGINES)}")
     if kernel not in KERNELS:
-        raise ValueError(f"unknown torch-cpu kernel {kernel!r}; accepted: {', '.join(KERNELS)}")
+        raise UsageError(f"unknown torch-cpu kernel {kernel!r}; accepted: {', '.join(KERNELS)}")
     if engine == "torch":
-        if not _installed("torch"):
+        if not module_installed("torch"):
             raise ImportError("torch-cpu engine 'torch' needs torch; use engine 'numba' or 'numpy'")
         if torch_kernel() != kernel:
-            raise ValueError(f"engine 'torch' runs the local torch's {torch_kernel()!r} kernel, "
+            raise UsageError(f"engine 'torch' runs the local torch's {torch_kernel()!r} kernel, "
                              f"not {kernel!r}; use engine 'numba' or 'numpy' for it")
     if engine != "auto":
         return engine
     # torch only when already imported: numba is as fast and importing torch takes seconds.
-    if "torch" in sys.modules and torch_kernel() == kernel:
+    if module_loaded("torch") and torch_kernel() == kernel:
         return "torch"
-    if _installed("numba"):
+    if module_installed("numba"):
         return "numba"
-    if _installed("torch") and torch_kernel() == kernel:
+    if module_installed("torch") and torch_kernel() == kernel:
         return "torch"
     return "numpy"
 
@@ -527,13 +512,13 @@ class TorchCPUStream(Stream):
         self._requested = engine
         self._impl = _ENGINE_CLASSES[self.engine](kernel)
         self.seed(seed)
+        self.initial_seed = seed
 
     def seed(self, seed: int) -> None:
-        seed = check_seed(seed)
         self._impl.set(seed, seed_key(seed), N, None)
 
     def normal(self, shape: Tuple[int, ...], dtype: str) -> np.ndarray:
-        return self._impl.normal(check_shape(shape), dtype_name(dtype))
+        return self._impl.normal(shape, dtype)
 
     def get_state(self) -> Dict[str, Any]:
         return self._impl.get()

@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from .base import Stream
-from ..checks import check_seed, check_shape, dtype_name
+from ..checks import UsageError, check_seed, dtype_name
 from ..numeric import float32_to_bfloat16_values
 
 #: GPU name -> (SM count, max resident threads per SM), as torch reads them from
@@ -76,7 +76,7 @@ def gpu_names() -> List[str]:
 def _gpu_name(gpu: Any) -> str:
     name = _GPU_LOOKUP.get(_norm(gpu)) if isinstance(gpu, str) else None
     if name is None:
-        raise ValueError(
+        raise UsageError(
             f"unknown gpu {gpu!r}; known: {', '.join(gpu_names())} "
             "(or give sm_count= and max_threads_per_sm=)"
         )
@@ -85,19 +85,19 @@ def _gpu_name(gpu: Any) -> str:
 
 def _positive_int(value: Any, what: str, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"{what} must be an integer >= {minimum}, got {value!r}")
+        raise UsageError(f"{what} must be an integer >= {minimum}, got {value!r}")
     return int(value)
 
 
 def _geometry(gpu: Any, sm_count: Any, max_threads_per_sm: Any) -> Tuple[Optional[str], int, int]:
     """(gpu name or None, SM count, threads per SM) from the constructor's options."""
     if gpu is not None and (sm_count is not None or max_threads_per_sm is not None):
-        raise ValueError("give either gpu= or sm_count= and max_threads_per_sm=, not both")
+        raise UsageError("give either gpu= or sm_count= and max_threads_per_sm=, not both")
     if sm_count is None and max_threads_per_sm is None:
         name = _gpu_name(DEFAULT_GPU if gpu is None else gpu)
         return (name,) + GPUS[name]
     if sm_count is None or max_threads_per_sm is None:
-        raise ValueError(
+        raise UsageError(
             "give both sm_count= and max_threads_per_sm= (torch.cuda.get_device_properties(i)."
             f"multi_processor_count and .max_threads_per_multi_processor), got {sm_count!r} and "
             f"{max_threads_per_sm!r}"
@@ -132,9 +132,9 @@ def philox4x32_10(counter: Any, key: Any) -> np.ndarray:
     c = np.asarray(counter)
     k = np.asarray(key)
     if c.shape[:1] != (4,) or k.shape[:1] != (2,):
-        raise ValueError(f"counter must have shape (4, ...) and key (2, ...), got {c.shape} and {k.shape}")
+        raise UsageError(f"counter must have shape (4, ...) and key (2, ...), got {c.shape} and {k.shape}")
     if any(a.size and (a.min() < 0 or a.max() > 0xFFFFFFFF) for a in (c, k)):
-        raise ValueError("counter and key words must be 32-bit unsigned integers")
+        raise UsageError("counter and key words must be 32-bit unsigned integers")
     c = c.astype(np.uint64)
     k = k.astype(np.uint64)
     words = _philox(c[0], c[1], c[2], c[3], k[0], k[1])
@@ -193,10 +193,10 @@ def _normal2_double_rows(x, nrows: int) -> List[np.ndarray]:
 
 def _check_offset(offset: Any) -> int:
     if isinstance(offset, bool) or not isinstance(offset, numbers.Integral):
-        raise ValueError(f"offset must be an integer, got {offset!r}")
+        raise UsageError(f"offset must be an integer, got {offset!r}")
     offset = int(offset)
     if offset < 0 or offset >= 2**63 or offset % 4:
-        raise ValueError(f"offset must be a multiple of 4 in [0, 2**63) as torch requires, got {offset}")
+        raise UsageError(f"offset must be a multiple of 4 in [0, 2**63) as torch requires, got {offset}")
     return offset
 
 
@@ -205,7 +205,7 @@ def torch_state_bytes(seed: int, offset: int) -> bytes:
     try:
         seed = check_seed(seed)
     except TypeError as exc:
-        raise ValueError(str(exc)) from None
+        raise UsageError(str(exc)) from None
     return struct.pack("<Qq", seed, _check_offset(offset))
 
 
@@ -219,14 +219,14 @@ def parse_torch_state(data: Any) -> Tuple[int, int]:
     else:
         array = np.asarray(data)
         if array.dtype != np.uint8 or array.ndim != 1:
-            raise ValueError(
+            raise UsageError(
                 f"a torch CUDA generator state is a 1-d uint8 tensor, got {array.dtype} shape {array.shape}"
             )
         raw = array.tobytes()
     if len(raw) == 8:
         return struct.unpack("<Q", raw)[0], 0
     if len(raw) != 16:
-        raise ValueError(f"a torch CUDA generator state has 16 bytes (or 8), got {len(raw)}")
+        raise UsageError(f"a torch CUDA generator state has 16 bytes (or 8), got {len(raw)}")
     seed, offset = struct.unpack("<Qq", raw)
     return seed, _check_offset(offset)
 
@@ -258,6 +258,7 @@ class TorchCUDAStream(Stream):
                  max_threads_per_sm: Optional[int] = None) -> None:
         self.gpu, self.sm_count, self.max_threads_per_sm = _geometry(gpu, sm_count, max_threads_per_sm)
         self.seed(seed)
+        self.initial_seed = seed
 
     def seed(self, seed: int) -> None:
         """Like ``manual_seed``: the whole 64-bit seed is the Philox key, the offset restarts."""
@@ -285,13 +286,11 @@ class TorchCUDAStream(Stream):
 
     # -- drawing ---------------------------------------------------------------------------
     def normal(self, shape: Tuple[int, ...], dtype: str) -> np.ndarray:
-        shape = check_shape(shape)
-        dtype = dtype_name(dtype)
         n = math.prod(shape)
         itemsize = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}[dtype]
         if n and 1 + (n - 1) * itemsize > _INT32_MAX:
             # TensorIterator::can_use_32bit_indexing fails: torch splits the launch (not modelled)
-            raise ValueError(
+            raise UsageError(
                 f"shape {shape} {dtype} spans more than 2**31 bytes; torch splits such draws into "
                 "several launches, which this stream does not model"
             )
@@ -352,7 +351,7 @@ class TorchCUDAStream(Stream):
             raise RuntimeError(f"normal_torch needs torch with CUDA and a cuda device, got {device!r}")
         geometry = device_geometry(dev)
         if (geometry["sm_count"], geometry["max_threads_per_sm"]) != (self.sm_count, self.max_threads_per_sm):
-            raise ValueError(
+            raise UsageError(
                 f"{dev} has {geometry['sm_count']} SMs x {geometry['max_threads_per_sm']} threads but this "
                 f"stream models {self.sm_count} x {self.max_threads_per_sm}; use "
                 "TorchCUDAStream(seed, **device_geometry(device))"
@@ -399,20 +398,20 @@ class TorchCUDAStream(Stream):
 
     def set_state(self, state: Dict[str, Any]) -> None:
         if not isinstance(state, dict):
-            raise ValueError(f"a torch-cuda state is a dict, got {type(state).__name__}")
+            raise UsageError(f"a torch-cuda state is a dict, got {type(state).__name__}")
         missing = [key for key in self._STATE_KEYS if key not in state]
         extra = sorted(set(state) - set(self._STATE_KEYS))
         if missing or extra:
-            raise ValueError(
+            raise UsageError(
                 f"malformed torch-cuda state: missing {missing}, unexpected {extra}; expected keys "
                 f"{', '.join(self._STATE_KEYS)}"
             )
         if state["stream"] != self.name:
-            raise ValueError(f"state is of stream {state['stream']!r}, not {self.name!r}")
+            raise UsageError(f"state is of stream {state['stream']!r}, not {self.name!r}")
         try:
             seed = check_seed(state["seed"])
         except TypeError as exc:
-            raise ValueError(str(exc)) from None
+            raise UsageError(str(exc)) from None
         offset = _check_offset(state["offset"])
         sm_count = _positive_int(state["sm_count"], "sm_count")
         max_threads = _positive_int(state["max_threads_per_sm"], "max_threads_per_sm", BLOCK_SIZE)
@@ -420,7 +419,7 @@ class TorchCUDAStream(Stream):
         if gpu is not None:
             gpu = _gpu_name(gpu)
             if GPUS[gpu] != (sm_count, max_threads):
-                raise ValueError(
+                raise UsageError(
                     f"state names gpu {gpu!r} ({GPUS[gpu][0]} SMs x {GPUS[gpu][1]} threads) but has "
                     f"sm_count {sm_count} and max_threads_per_sm {max_threads}"
                 )

@@ -4,6 +4,8 @@ Both libraries import ``randn_tensor`` by name into every pipeline and scheduler
 (``from ...utils.torch_utils import randn_tensor``), so the patch replaces the name in the
 defining module (covering modules imported later) and in every module already imported.
 Native ``torch.Generator`` / ``numpy.random.Generator`` arguments go to the original function.
+Each target's own parameters are mapped by name, positional or keyword (mindone's
+``randn_tensor(shape, generator, dtype)`` has no ``device``).
 """
 from __future__ import annotations
 
@@ -13,14 +15,17 @@ import sys
 import threading
 from typing import Any, Callable, Dict, Iterator, List, Tuple
 
-from ..generator import Generator
-from ..registry import use_backend
+from .generator import Generator
+from .registry import use_backend
 
-# (defining module, function name, backend, library package prefix)
+# (defining module, function name, its parameters in order, backend, library package prefix)
 TARGETS = (
-    ("diffusers.utils.torch_utils", "randn_tensor", "torch", "diffusers"),
-    ("mindone.diffusers.utils.mindspore_utils", "randn_tensor", "mindspore", "mindone.diffusers"),
-    ("mindone.diffusers.utils.mindspore_utils", "randn", "mindspore", "mindone.diffusers"),
+    ("diffusers.utils.torch_utils", "randn_tensor", ("shape", "generator", "device", "dtype", "layout"),
+     "torch", "diffusers"),
+    ("mindone.diffusers.utils.mindspore_utils", "randn_tensor", ("shape", "generator", "dtype"),
+     "mindspore", "mindone.diffusers"),
+    ("mindone.diffusers.utils.mindspore_utils", "randn", ("size", "generator", "dtype"),
+     "mindspore", "mindone.diffusers"),
 )
 
 _lock = threading.Lock()
@@ -33,15 +38,21 @@ def _is_xrand(generator: Any) -> bool:
     return isinstance(generator, Generator)
 
 
-def _wrap(original: Callable, backend_name: str) -> Callable:
+def _wrap(original: Callable, params: Tuple[str, ...], backend_name: str) -> Callable:
     @functools.wraps(original)
-    def randn_tensor(shape, generator=None, *args, **kwargs):
+    def randn_tensor(*args, **kwargs):
+        given = dict(zip(params, args))
+        if len(args) > len(params) or not given.keys().isdisjoint(kwargs) or not set(kwargs) <= set(params):
+            return original(*args, **kwargs)  # the library's own error for a bad call
+        given.update(kwargs)
+        generator = given.get("generator")
         if not _is_xrand(generator):
-            return original(shape, generator, *args, **kwargs)
-        from ..noise import randn_tensor as xrand_randn_tensor
+            return original(*args, **kwargs)
+        from .noise import randn_tensor as xrand_randn_tensor
 
         with use_backend(backend_name):
-            return xrand_randn_tensor(shape, generator, *args, **kwargs)
+            return xrand_randn_tensor(given.get(params[0]), generator, device=given.get("device"),
+                                      dtype=given.get("dtype"), layout=given.get("layout"))
 
     randn_tensor.__xrand_original__ = original
     return randn_tensor
@@ -68,7 +79,7 @@ def patch() -> None:
 
     with _lock:
         replacements = []
-        for module_name, name, backend_name, prefix in TARGETS:
+        for module_name, name, params, backend_name, prefix in TARGETS:
             if (module_name, name) in _originals:
                 continue
             top = module_name.split(".")[0]
@@ -80,7 +91,7 @@ def patch() -> None:
                 continue  # e.g. mindone installed without a working MindSpore
             original = getattr(module, name)
             _originals[(module_name, name)] = original
-            replacements.append((prefix, name, original, _wrap(original, backend_name)))
+            replacements.append((prefix, name, original, _wrap(original, params, backend_name)))
         if replacements:
             _replace_everywhere(replacements)
 
@@ -90,7 +101,7 @@ def unpatch() -> None:
     with _lock:
         replacements = []
         for (module_name, name), original in list(_originals.items()):
-            prefix = next(p for m, n, _, p in TARGETS if (m, n) == (module_name, name))
+            prefix = next(p for m, n, _, _, p in TARGETS if (m, n) == (module_name, name))
             current = getattr(sys.modules[module_name], name)
             if getattr(current, "__xrand_original__", None) is original:
                 replacements.append((prefix, name, current, original))

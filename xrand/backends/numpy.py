@@ -1,30 +1,22 @@
 """NumPy backend: plain ndarrays on the CPU. Needs nothing beyond the core."""
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, Optional
 
 import numpy as np
 
-from . import Backend, check_layout
 from ..numeric import cast_float64, float32_to_bfloat16_values
+from .base import Backend, seed_global_numpy_generator
 
 
 class NumpyBackend(Backend):
     name = "numpy"
-
-    def is_tensor(self, obj: Any) -> bool:
-        return isinstance(obj, np.ndarray)
 
     def dtype(self, name: str) -> Any:
         if name == "bfloat16":
             # NumPy has no bfloat16: values are rounded to bfloat16 and held in float32.
             return np.dtype(np.float32)
         return np.dtype(name)
-
-    def device(self, device: Any) -> Any:
-        if device is None or (isinstance(device, str) and device.lower() == "cpu"):
-            return "cpu"
-        raise ValueError(f"unknown device {device!r} for the numpy backend; accepted: 'cpu' or None")
 
     def from_numpy(self, array: np.ndarray, dtype: Optional[str], device: Any = None) -> np.ndarray:
         self.device(device)
@@ -39,15 +31,11 @@ class NumpyBackend(Backend):
     def to_numpy(self, tensor: Any) -> np.ndarray:
         return np.asarray(tensor)
 
-    def cat(self, tensors: Sequence[Any]) -> np.ndarray:
-        return np.concatenate(tensors, axis=0)
-
-    def randn(self, shape: Tuple[int, ...], dtype: Optional[str], device: Any = None, layout: Any = None) -> Any:
-        from ..noise import global_numpy_generator
-
-        check_layout(self.name, layout)
-        self.device(device)
-        return self.from_numpy(global_numpy_generator().standard_normal(shape), dtype or "float64")
+    def manual_seed(self, seed: int) -> None:
+        """NumPy's legacy global RNG and xrand's global NumPy generator (``generator=None``)."""
+        # np.random.seed takes 32-bit seeds; larger ones go in as two 32-bit words.
+        np.random.seed(seed if seed < 2**32 else [seed & 0xFFFFFFFF, seed >> 32])
+        seed_global_numpy_generator(seed)
 
     def versions(self):
         return {"numpy": np.__version__}

@@ -6,25 +6,56 @@ NumPy generator is this backend's native one.
 """
 from __future__ import annotations
 
-import sys
-from typing import Any, Dict, Optional, Sequence, Tuple
+import contextlib
+from typing import Any, Dict, Iterator, Optional
 
 import numpy as np
 
+from ..checks import UsageError, UsageTypeError
 from ..numeric import cast_float64
-from . import Backend, check_layout
+from .base import Backend
 
-_DEVICES = ("cpu", "gpu", "ascend")
+#: MindSpore's device targets, by lower-case name.
+DEVICE_TARGETS = {"cpu": "CPU", "gpu": "GPU", "ascend": "Ascend"}
+
+
+def device_target(device: Any) -> str:
+    """MindSpore's name for a device target ("cpu", "Ascend:0" -> "CPU", "Ascend")."""
+    if not isinstance(device, str):
+        raise UsageTypeError(f"device must be a string such as 'CPU' or 'Ascend', got {device!r}")
+    target = DEVICE_TARGETS.get(device.partition(":")[0].lower())
+    if target is None:
+        raise UsageError(f"unknown MindSpore device {device!r}; accepted: {', '.join(DEVICE_TARGETS.values())}")
+    return target
+
+
+@contextlib.contextmanager
+def use_device_target(device: Optional[str]) -> Iterator[str]:
+    """MindSpore's device_target set to ``device`` inside the block (None: keep it), restored after."""
+    import mindspore as ms
+
+    previous = ms.get_context("device_target")
+    wanted = previous if device is None else device_target(device)
+    if wanted != previous:
+        ms.set_context(device_target=wanted)
+    try:
+        yield wanted
+    finally:
+        if ms.get_context("device_target") != previous:
+            ms.set_context(device_target=previous)
 
 
 class MindSporeBackend(Backend):
+    """mindone.diffusers on MindSpore: its native generator is ``numpy.random.Generator``.
+
+    ``randn_native`` (the base class's) is mindone's ``randn_tensor``: a float64 draw, then
+    ``ms.tensor(array, dtype=dtype)``; lists draw one ``(1, ...)`` item per generator and
+    concatenate.
+    """
+
     name = "mindspore"
     module = "mindspore"
     extra = "mindspore"
-
-    def is_tensor(self, obj: Any) -> bool:
-        ms = sys.modules.get("mindspore")
-        return ms is not None and isinstance(obj, ms.Tensor)
 
     def dtype(self, name: str) -> Any:
         import mindspore as ms
@@ -35,16 +66,12 @@ class MindSporeBackend(Backend):
         """MindSpore places tensors by its context, so a device must name the context's target."""
         if device is None:
             return None
-        if not isinstance(device, str):
-            raise TypeError(f"device must be a string such as 'CPU' or 'Ascend', got {device!r}")
-        kind = device.partition(":")[0].lower()
-        if kind not in _DEVICES:
-            raise ValueError(f"unknown device {device!r} for the mindspore backend; accepted: 'CPU', 'GPU', 'Ascend'")
+        kind = device_target(device)
         import mindspore as ms
 
         target = ms.get_context("device_target")
-        if kind != target.lower():
-            raise ValueError(
+        if kind != target:
+            raise UsageError(
                 f"device {device!r} is not MindSpore's device_target {target!r}; MindSpore places tensors by "
                 f"its context: call mindspore.set_context(device_target=...) or pass device=None"
             )
@@ -68,17 +95,6 @@ class MindSporeBackend(Backend):
         if tensor.dtype == ms.bfloat16:
             tensor = tensor.float()
         return tensor.asnumpy()
-
-    def cat(self, tensors: Sequence[Any]) -> Any:
-        from mindspore import ops
-
-        return ops.cat(list(tensors), axis=0)
-
-    def randn(self, shape: Tuple[int, ...], dtype: Optional[str], device: Any = None, layout: Any = None) -> Any:
-        from xrand.noise import global_numpy_generator
-
-        check_layout(self.name, layout)
-        return self.from_numpy(global_numpy_generator().standard_normal(shape), dtype, device)
 
     def manual_seed(self, seed: int) -> None:
         import mindspore as ms

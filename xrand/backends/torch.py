@@ -3,25 +3,23 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
-from . import Backend
+from ..checks import UsageError, UsageTypeError, dtype_name
+from .base import Backend
 
 
 class TorchBackend(Backend):
     name = "torch"
     module = "torch"
     extra = "torch"
-
-    def is_tensor(self, obj: Any) -> bool:
-        torch = sys.modules.get("torch")
-        return torch is not None and isinstance(obj, torch.Tensor)
+    layouts = True
 
     def is_native_generator(self, obj: Any) -> bool:
         torch = sys.modules.get("torch")
-        return torch is not None and isinstance(obj, torch.Generator)
+        return (torch is not None and isinstance(obj, torch.Generator)) or isinstance(obj, np.random.Generator)
 
     def dtype(self, name: str) -> Any:
         import torch
@@ -34,11 +32,11 @@ class TorchBackend(Backend):
         if device is None or isinstance(device, torch.device):
             return device
         if not isinstance(device, str):
-            raise TypeError(f"device must be a string or torch.device, got {device!r} ({type(device).__name__})")
+            raise UsageTypeError(f"device must be a string or torch.device, got {device!r} ({type(device).__name__})")
         try:
             return torch.device(device)
         except RuntimeError:
-            raise ValueError(
+            raise UsageError(
                 f"unknown device {device!r} for the torch backend; accepted: 'cpu', 'cuda', 'cuda:N', "
                 "'mps' or any torch.device"
             ) from None
@@ -60,16 +58,23 @@ class TorchBackend(Backend):
             tensor = tensor.float()
         return tensor.numpy()
 
-    def cat(self, tensors: Sequence[Any]) -> Any:
-        import torch
-
-        return torch.cat(list(tensors), dim=0)
-
     def randn(self, shape: Tuple[int, ...], dtype: Optional[str], device: Any = None, layout: Any = None) -> Any:
-        return self.randn_native(shape, None, device=device, dtype=None if dtype is None else self.dtype(dtype),
-                                 layout=layout)
+        """torch's global RNG of the device, as diffusers' randn_tensor with ``generator=None``."""
+        return self._diffusers_randn(shape, None, device, None if dtype is None else self.dtype(dtype), layout)
 
     def randn_native(self, shape, generator, device=None, dtype=None, layout=None) -> Any:
+        """torch.Generator(s): diffusers' randn_tensor; numpy.random.Generator(s): mindone's rule."""
+        first = generator[0] if isinstance(generator, list) else generator
+        if isinstance(first, np.random.Generator):
+            if layout is not None:
+                raise UsageError(f"layout={layout!r} cannot be used with a numpy.random.Generator; pass None")
+            return super().randn_native(shape, generator, device, dtype)
+        torch = sys.modules["torch"]
+        if dtype is not None and not isinstance(dtype, torch.dtype):
+            dtype = self.dtype(dtype_name(dtype))
+        return self._diffusers_randn(shape, generator, device, dtype, layout)
+
+    def _diffusers_randn(self, shape, generator, device=None, dtype=None, layout=None) -> Any:
         """diffusers.utils.torch_utils.randn_tensor, line for line (diffusers 0.35)."""
         import torch
 
