@@ -95,7 +95,7 @@ class TorchBackend(Backend):
             if gen_device_type != device.type and gen_device_type == "cpu":
                 rand_device = "cpu"
             elif gen_device_type != device.type and gen_device_type == "cuda":
-                raise ValueError(f"Cannot generate a {device} tensor from a generator of type {gen_device_type}.")
+                raise UsageError(f"Cannot generate a {device} tensor from a generator of type {gen_device_type}.")
 
         if isinstance(generator, list) and len(generator) == 1:
             generator = generator[0]
