@@ -154,9 +154,9 @@ def test_agrees_with_webui_rng_philox_emulation():
     """AUTOMATIC1111/stable-diffusion-webui modules/rng_philox.py, docstring "Expected output"
     of Generator(seed=0).randn((3, 4)).
 
-    webui's own NumPy imitation of torch's CUDA randn (one Philox block per element, float32
-    Box-Muller with NumPy's sin and log), printed on a CPU: an independent implementation to
-    compare with, not GPU output. Its 4-decimal roundings equal the first 12 values of the GPU
+    webui's own NumPy imitation of torch's CUDA randn (one Philox block per element, Box-Muller
+    in float64 NumPy cast to float32), run on a CPU: an independent implementation to compare
+    with, not GPU output. Its 4-decimal roundings equal the first 12 values of the GPU
     print in test_cuda_mode_lecture_seed0_consecutive_draws.
     """
     webui = [[-0.92466259, -0.42534415, -2.6438457, 0.14518388],
