@@ -17,6 +17,7 @@ from hypothesis import given, settings, strategies as st
 
 from xrand.streams import make_stream
 from xrand.streams import torch_cpu
+from xrand.streams.torch_cpu import stream as torch_cpu_stream
 from xrand.streams.torch_cpu import (
     TORCH_STATE_SIZE, TorchCPUStream, libm_function, parse_torch_state, seed_key, torch_state_bytes,
 )
@@ -346,7 +347,7 @@ def test_large_draws_work_in_chunks(engine, dtype, monkeypatch):
     # the output is filled a chunk at a time: peak memory stays near the output's size
     n = (1 << 20) + 5
     whole = TorchCPUStream(4, engine=engine).normal((n,), dtype)
-    monkeypatch.setattr(torch_cpu, "_CHUNK", 1 << 12)
+    monkeypatch.setattr(torch_cpu_stream, "_CHUNK", 1 << 12)
     stream = TorchCPUStream(4, engine=engine)
     tracemalloc.start()
     try:

@@ -2,7 +2,7 @@
 
 The state is a ``uint32[624]`` key and an ``int64[1]`` position, changed in place. Every
 ``*_blocks`` function draws the words for ``out.size`` values (a multiple of 16) and writes
-torch's Box-Muller output, exactly as the matching code in ``torch_cpu.py`` (the reference).
+torch's Box-Muller output, exactly as the matching code in ``reference.py``.
 """
 from __future__ import annotations
 
@@ -13,10 +13,11 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
-from . import torch_cpu as ref
-from .torch_cpu import libm_function
+from . import reference as ref
+from .reference import libm_function
+from .state import N
 
-N, M = 624, 397
+M = 397
 _MATRIX_A = np.uint64(0x9908B0DF)
 _UPPER = np.uint64(0x80000000)
 _LOWER = np.uint64(0x7FFFFFFF)
