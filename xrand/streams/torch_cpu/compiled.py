@@ -3,15 +3,12 @@
 The state is a ``uint32[624]`` key and an ``int64[1]`` position, changed in place. Every
 ``*_blocks`` function draws the words for ``out.size`` values (a multiple of 16) and writes
 torch's Box-Muller output, exactly as the matching code in ``reference.py``; the ``*_parallel``
-functions do the same on every thread (numba-parallel engine, started through :func:`launch`).
+functions do the same on every thread (numba-parallel engine, started through ``_parallel.launch``).
 """
 from __future__ import annotations
 
 import ctypes
-import os
-import threading
 
-import numba
 import numpy as np
 from llvmlite import ir
 from numba import njit, prange, types
@@ -364,34 +361,3 @@ def double_parallel(key, pos, out, words):
                 out[o + j] = radius * _cos(theta) + 0.0
                 out[o + 8 + j] = radius * _sin(theta) + 0.0
 
-
-# GNU OpenMP (numba's "omp" threading layer) aborts a forked child that starts a parallel region
-# after its parent did (checked with numba 0.60), so such a child runs the one-thread kernels.
-_state = {"launched": False, "forked": False}
-# numba's "workqueue" layer aborts on launches from two threads at once
-_LOCK = threading.Lock()
-
-
-def _after_fork_in_child() -> None:
-    _state["forked"] = _state["forked"] or _state["launched"]
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def parallel_allowed() -> bool:
-    """False in a forked child of a process that ran a parallel kernel."""
-    return not _state["forked"]
-
-
-def launch(threads, kernel, *args) -> None:
-    """Run a ``*_parallel`` kernel on ``threads`` threads (None: numba's current number)."""
-    with _LOCK:
-        _state["launched"] = True
-        previous = numba.get_num_threads()
-        numba.set_num_threads(previous if threads is None else min(threads, numba.config.NUMBA_NUM_THREADS))
-        try:
-            kernel(*args)
-        finally:
-            numba.set_num_threads(previous)

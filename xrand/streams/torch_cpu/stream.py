@@ -25,6 +25,7 @@ import numpy as np
 from ..base import Stream
 from ...checks import UsageError, module_installed, module_loaded
 from ...numeric import cast_float64, float32_to_bfloat16_values
+from .._parallel import launch, parallel_allowed
 from .reference import (
     _TWO_PI_D, box_muller_double, box_muller_float, uniform_double, uniform_float,
 )
@@ -201,23 +202,23 @@ class _ParallelEngine(_NumbaEngine):
         self.threads = threads
 
     def fill(self, out: np.ndarray, dtype: str) -> None:
-        if dtype == "float16" or out.size < _PARALLEL_MIN or not self.kernels.parallel_allowed():
+        if dtype == "float16" or out.size < _PARALLEL_MIN or not parallel_allowed():
             super().fill(out, dtype)
         elif dtype == "float64":
-            self.kernels.launch(self.threads, self.kernels.double_parallel, self.key, self.pos, out,
+            launch(self.threads, self.kernels.double_parallel, self.key, self.pos, out,
                                 out.view(np.uint32))
         else:
             self._float_parallel(out, dtype == "bfloat16")
 
     def float_blocks(self, out: np.ndarray) -> None:
-        if out.size >= _PARALLEL_MIN and self.kernels.parallel_allowed():
+        if out.size >= _PARALLEL_MIN and parallel_allowed():
             self._float_parallel(out, False)
         else:
             super().float_blocks(out)
 
     def _float_parallel(self, out: np.ndarray, bfloat16: bool) -> None:
         kernel = self.kernels.float_avx2_parallel if self.kernel == "avx2" else self.kernels.float_scalar_parallel
-        self.kernels.launch(self.threads, kernel, self.key, self.pos, out, out.view(np.uint32), bfloat16)
+        launch(self.threads, kernel, self.key, self.pos, out, out.view(np.uint32), bfloat16)
 
 
 class _TorchEngine:
