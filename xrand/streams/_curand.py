@@ -1,6 +1,8 @@
 """Constants of Philox4x32-10 (Random123) and cuRAND's normal transforms, for both torch-cuda engines."""
 import numpy as np
 
+BLOCK_SIZE = 256  # DistributionTemplates.h: block_size_bound; the threads launched are a multiple
+
 MASK32 = np.uint64(0xFFFFFFFF)
 PHILOX_M = (np.uint64(0xD2511F53), np.uint64(0xCD9E8D57))
 PHILOX_W = (np.uint64(0x9E3779B9), np.uint64(0xBB67AE85))

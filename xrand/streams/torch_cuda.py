@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ._curand import (
-    COS_COEF, INV32, MASK32, PHILOX_M, PHILOX_W, PIO2_PARTS, SIN_COEF, TWO_OVER_PI, V_SCALE, V_SHIFT,
+    BLOCK_SIZE, COS_COEF, INV32, MASK32, PHILOX_M, PHILOX_W, PIO2_PARTS, SIN_COEF, TWO_OVER_PI, V_SCALE, V_SHIFT,
 )
 from ._parallel import parallel_allowed
 from .base import Stream
@@ -52,7 +52,6 @@ GPU_ALIASES = {"H100": "H100-SXM"}
 DEFAULT_GPU = "H100-SXM"
 
 ENGINES = ("auto", "numba", "numpy")
-BLOCK_SIZE = 256  # DistributionTemplates.h: block_size_bound
 _INT32_MAX = 2**31 - 1
 _CHUNK_COUNTERS = 2**18  # Philox counters per vectorised chunk (bounds memory)
 
