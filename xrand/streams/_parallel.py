@@ -1,43 +1,53 @@
-"""Starting numba's parallel kernels safely: a thread count per call, no abort after a fork.
+"""Running compiled kernels on several threads: a thread pool per process and thread count.
 
-Shared by the numba-parallel engines of the torch-cpu and torch-cuda streams; numba is imported
-only by :func:`launch`.
+The kernels are numba functions compiled with ``nogil=True``, so Python threads run them on
+every core. Work is handed out task by task (no barriers, no spinning OpenMP threads), so a
+thread that the OS deschedules on a busy machine holds up only its own task, and a forked
+child simply gets a new pool.
 """
 from __future__ import annotations
 
 import os
 import threading
-from typing import Any, Callable, Optional
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
-# GNU OpenMP (numba's "omp" threading layer) aborts a forked child that starts a parallel region
-# after its parent did (checked with numba 0.60), so such a child must run one-thread code.
-_state = {"launched": False, "forked": False}
-# numba's "workqueue" threading layer aborts on launches from two threads at once
+_pools: Dict[Tuple[int, int], ThreadPoolExecutor] = {}
 _LOCK = threading.Lock()
 
 
-def _after_fork_in_child() -> None:
-    _state["forked"] = _state["forked"] or _state["launched"]
+def thread_count(threads: Optional[int]) -> int:
+    """``threads``, or the CPUs this process may run on when None."""
+    if threads is not None:
+        return threads
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def parallel_allowed() -> bool:
-    """False in a forked child of a process that ran a parallel kernel."""
-    return not _state["forked"]
-
-
-def launch(threads: Optional[int], kernel: Callable[..., Any], *args: Any) -> Any:
-    """``kernel(*args)`` (a ``parallel=True`` numba function) on ``threads`` threads (None: numba's current number)."""
-    import numba
-
+def _pool(threads: int) -> ThreadPoolExecutor:
+    key = (os.getpid(), threads)  # a forked child has none of its parent's pool threads
     with _LOCK:
-        _state["launched"] = True
-        previous = numba.get_num_threads()
-        numba.set_num_threads(previous if threads is None else min(threads, numba.config.NUMBA_NUM_THREADS))
-        try:
-            return kernel(*args)
-        finally:
-            numba.set_num_threads(previous)
+        if key not in _pools:
+            _pools[key] = ThreadPoolExecutor(threads, thread_name_prefix="xrand")
+        return _pools[key]
+
+
+class Tasks:
+    """Tasks run on ``threads`` threads (in the calling thread when 1); ``wait`` ends them all."""
+
+    def __init__(self, threads: Optional[int]) -> None:
+        self.threads = thread_count(threads)
+        self.futures: List[Future] = []
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
+        if self.threads == 1:
+            fn(*args)
+        else:
+            self.futures.append(_pool(self.threads).submit(fn, *args))
+
+    def wait(self) -> None:
+        for future in self.futures:
+            future.result()
+        self.futures = []

@@ -25,7 +25,6 @@ import numpy as np
 from ._curand import (
     BLOCK_SIZE, COS_COEF, INV32, MASK32, PHILOX_M, PHILOX_W, PIO2_PARTS, SIN_COEF, TWO_OVER_PI, V_SCALE, V_SHIFT,
 )
-from ._parallel import parallel_allowed
 from .base import Stream
 from ..checks import UsageError, check_seed, dtype_name, module_installed
 from ..numeric import float32_to_bfloat16_values
@@ -343,7 +342,7 @@ class TorchCUDAStream(Stream):
         threads = self.launch_threads(n)
         per_iteration = threads * unroll
         iterations = (n - 1) // per_iteration + 1
-        if self.engine == "numba" and parallel_allowed():  # a forked child may not start threads
+        if self.engine == "numba":
             from . import torch_cuda_compiled
 
             torch_cuda_compiled.draw(out, threads, unroll, self._offset // 4, self._seed)

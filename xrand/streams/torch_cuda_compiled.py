@@ -8,13 +8,15 @@ AVX-512 machines) and the C library's differ in the last bit for about a fifth o
 """
 from __future__ import annotations
 
+import threading
+
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from ._curand import (
     BLOCK_SIZE, COS_COEF, INV32, MASK32, PHILOX_M, PHILOX_W, PIO2_PARTS, SIN_COEF, TWO_OVER_PI, V_SCALE, V_SHIFT,
 )
-from ._parallel import launch
+from ._parallel import Tasks
 
 _CHUNK_UNITS = 1 << 16  # Philox calls per pass, a multiple of BLOCK_SIZE (bounds the scratch to 2 MiB)
 _M0, _M1 = PHILOX_M
@@ -69,8 +71,8 @@ def _philox(c0, c1, c2, c3, k0, k1):
     return c0, c1, c2, c3
 
 
-# Each parallel block calls a plain function on contiguous slices: LLVM vectorizes those loops
-# (8 lanes with AVX-512), which it does not do for the same loops written inside prange.
+# Each CUDA block of 256 threads calls a function on contiguous slices: LLVM vectorizes those
+# loops (8 lanes with AVX-512), which it did not do for the same loops inlined into the caller.
 
 @njit(cache=True)
 def _store(out, start, n, values):
@@ -89,10 +91,10 @@ def _prepare4_block(c0, c1, idx0, key0, key1, u1, u2, v1, v2):
         v2[j] = np.float64(np.float32(np.float64(x3) * V_SCALE + V_SHIFT))
 
 
-@njit(parallel=True, cache=True)
+@njit(cache=True, nogil=True)
 def prepare4(u0, count, threads, base, key0, key1, log_in, angle):
     """curand_normal4, first pass: u (for the log) and the angle v of word pairs p = 0, 1 at p*count + i."""
-    for blk in prange(count // BLOCK_SIZE):  # a block of 256 threads lies in one iteration
+    for blk in range(count // BLOCK_SIZE):  # a block of 256 threads lies in one iteration
         first = u0 + blk * BLOCK_SIZE
         k = first // threads
         counter = np.uint64(base + k)
@@ -110,10 +112,10 @@ def _box_muller4_block(log_u, angle):
         log_u[i], angle[i] = s * sin_v, s * cos_v
 
 
-@njit(parallel=True, cache=True)
+@njit(cache=True, nogil=True)
 def finish4(u0, count, threads, n, log_u, angle, out):
     """curand_normal4, second pass: (s1 sin v1, s1 cos v1, s2 sin v2, s2 cos v2) into ``out``."""
-    for blk in prange(count // BLOCK_SIZE):
+    for blk in range(count // BLOCK_SIZE):
         first = u0 + blk * BLOCK_SIZE
         k = first // threads
         element = k * 4 * threads + first - k * threads  # of component 0, thread j = 0
@@ -132,10 +134,10 @@ def _prepare2_block(c0, c1, idx0, key0, key1, u, v):
         v[j] = np.float64(x2 ^ (x3 << _U21)) * 2.0**-52 + 2.0**-53
 
 
-@njit(parallel=True, cache=True)
+@njit(cache=True, nogil=True)
 def prepare2(u0, count, threads, base, key0, key1, log_in, angle):
     """curand_normal2_double, first pass: 53-bit u and v."""
-    for blk in prange(count // BLOCK_SIZE):
+    for blk in range(count // BLOCK_SIZE):
         first = u0 + blk * BLOCK_SIZE
         k = first // threads
         counter = np.uint64(base + k)
@@ -156,10 +158,10 @@ def _box_muller2_block(log_u, angle):
         log_u[i], angle[i] = s * sin_v, s * cos_v
 
 
-@njit(parallel=True, cache=True)
+@njit(cache=True, nogil=True)
 def finish2(u0, count, threads, n, log_u, angle, out):
     """curand_normal2_double, second pass: (s sinpi v, s cospi v) into ``out``."""
-    for blk in prange(count // BLOCK_SIZE):
+    for blk in range(count // BLOCK_SIZE):
         first = u0 + blk * BLOCK_SIZE
         k = first // threads
         element = k * 2 * threads + first - k * threads
@@ -169,16 +171,28 @@ def finish2(u0, count, threads, n, log_u, angle, out):
         _store(out, element + threads, n, angle[lo:lo + BLOCK_SIZE])
 
 
-def draw(out: np.ndarray, threads: int, unroll: int, base: int, seed: int) -> None:
-    """torch's grid-stride kernel into ``out`` (float32 for unroll 4, float64 for unroll 2)."""
-    n = out.size
-    units = ((n - 1) // (threads * unroll) + 1) * threads  # Philox calls: iterations x threads
+_scratch = threading.local()
+
+
+def _pass(u0, count, threads, unroll, base, key0, key1, n, out):
+    """Philox calls ``u0:u0 + count`` and their values, on this thread's scratch arrays."""
     pairs = 2 if unroll == 4 else 1
+    if getattr(_scratch, "log_in", None) is None or _scratch.log_in.size < count * pairs:
+        _scratch.log_in, _scratch.angle = np.empty(_CHUNK_UNITS * pairs), np.empty(_CHUNK_UNITS * pairs)
+    log_in, angle = _scratch.log_in[: count * pairs], _scratch.angle[: count * pairs]
     prepare, finish = (prepare4, finish4) if unroll == 4 else (prepare2, finish2)
+    prepare(u0, count, threads, base, key0, key1, log_in, angle)
+    np.log(log_in, out=log_in)
+    finish(u0, count, threads, n, log_in, angle, out)
+
+
+def draw(out: np.ndarray, threads: int, unroll: int, base: int, seed: int) -> None:
+    """torch's grid-stride kernel into ``out`` (float32 for unroll 4, float64 for unroll 2), on every core."""
+    units = ((out.size - 1) // (threads * unroll) + 1) * threads  # Philox calls: iterations x threads
     key0, key1 = np.uint64(seed & 0xFFFFFFFF), np.uint64(seed >> 32)
-    log_in, angle = np.empty(min(units, _CHUNK_UNITS) * pairs), np.empty(min(units, _CHUNK_UNITS) * pairs)
-    for u0 in range(0, units, _CHUNK_UNITS):
-        count = min(_CHUNK_UNITS, units - u0)
-        launch(None, prepare, u0, count, threads, base, key0, key1, log_in, angle)
-        np.log(log_in[: count * pairs], out=log_in[: count * pairs])
-        launch(None, finish, u0, count, threads, n, log_in, angle, out)
+    tasks = Tasks(None if units > _CHUNK_UNITS else 1)
+    try:
+        for u0 in range(0, units, _CHUNK_UNITS):
+            tasks.submit(_pass, u0, min(_CHUNK_UNITS, units - u0), threads, unroll, base, key0, key1, out.size, out)
+    finally:
+        tasks.wait()

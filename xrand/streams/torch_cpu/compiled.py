@@ -2,8 +2,8 @@
 
 The state is a ``uint32[624]`` key and an ``int64[1]`` position, changed in place. Every
 ``*_blocks`` function draws the words for ``out.size`` values (a multiple of 16) and writes
-torch's Box-Muller output, exactly as the matching code in ``reference.py``; the ``*_parallel``
-functions do the same on every thread (numba-parallel engine, started through ``_parallel.launch``).
+torch's Box-Muller output, exactly as the matching code in ``reference.py``; the ``*_range``
+functions transform part of a chunk whose words are drawn already (numba-parallel engine).
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import ctypes
 
 import numpy as np
 from llvmlite import ir
-from numba import njit, prange, types
+from numba import njit, types
 from numba.extending import intrinsic
 
 from . import reference as ref
@@ -257,13 +257,12 @@ def double_blocks(key, pos, out):
 # -- multi-core kernels ------------------------------------------------------------------------
 # mt19937 must run in order, but each block of 16 values is transformed on its own: a chunk's
 # untempered words go into the output itself (as uint32), then its blocks are tempered and
-# transformed in place on every thread. No scratch memory beyond a few KiB per thread.
+# transformed in place by another thread (nogil) while the next chunk's words are drawn.
 
-_PAR_CHUNK = 1 << 22  # values drawn, then transformed, at a time: few waits for a descheduled thread
-_TASK = 1 << 12  # values of the avx2 kernel one thread takes at a time
+PAR_CHUNK = 1 << 18  # values a task transforms (a multiple of 16; 1 MiB of words stays in L2)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def raw_words(key, pos, out):
     """The next ``out.size`` mt19937 state words, untempered (``_temper`` finishes each)."""
     p = pos[0]
@@ -297,9 +296,9 @@ def _round(x, bf16):
     return bits_f32((b + np.uint64(0x7FFF) + ((b >> np.uint64(16)) & np.uint64(1))) & np.uint64(0xFFFF0000))
 
 
-@njit(cache=True)
-def _avx2_range(words, out, lo, hi, bf16):
-    """Blocks of values ``lo:hi`` in place: untempered ``words`` in, float32 ``out`` (same memory) out."""
+@njit(cache=True, nogil=True)
+def float_avx2_range(words, out, lo, hi, bf16):
+    """float_blocks_avx2 on values ``lo:hi`` in place: untempered ``words`` in, ``out`` (same memory) out."""
     half = _SUB // 2
     u1, u2 = np.empty(half, np.float32), np.empty(half, np.float32)
     cos_part, sin_part = np.empty(half, np.float32), np.empty(half, np.float32)
@@ -316,48 +315,28 @@ def _avx2_range(words, out, lo, hi, bf16):
                 out[start + 16 * b + 8 + j] = _round(sin_part[8 * b + j], bf16)
 
 
-@njit(parallel=True, cache=True)
-def float_avx2_parallel(key, pos, out, words, bf16):
-    """float_blocks_avx2 on every thread; ``words`` is ``out`` viewed as uint32."""
-    for start in range(0, out.size, _PAR_CHUNK):
-        stop = min(start + _PAR_CHUNK, out.size)
-        raw_words(key, pos, words[start:stop])
-        for t in prange((stop - start + _TASK - 1) // _TASK):
-            lo = start + t * _TASK
-            _avx2_range(words, out, lo, min(lo + _TASK, stop), bf16)
+@njit(nogil=True)  # calls libm through ctypes, so it cannot be cached
+def float_scalar_range(words, out, lo, hi, bf16):
+    """float_blocks_scalar on values ``lo:hi`` in place, as float_avx2_range."""
+    for o in range(lo, hi, 16):
+        for j in range(8):  # each j reads and writes only slots j and j + 8
+            u1 = _ONE - _uniform24(_temper(words[o + j]))
+            u2 = _uniform24(_temper(words[o + 8 + j]))
+            radius = np.sqrt(_MINUS_TWO * f32(_logf(u1)))
+            theta = f32(_TWO_PI_D * np.float64(u2))
+            out[o + j] = _round(radius * f32(_cosf(theta)) + _ZERO, bf16)
+            out[o + 8 + j] = _round(radius * f32(_sinf(theta)) + _ZERO, bf16)
 
 
-@njit(parallel=True)  # calls libm through ctypes, so it cannot be cached
-def float_scalar_parallel(key, pos, out, words, bf16):
-    """float_blocks_scalar on every thread; ``words`` is ``out`` viewed as uint32."""
-    for start in range(0, out.size, _PAR_CHUNK):
-        stop = min(start + _PAR_CHUNK, out.size)
-        raw_words(key, pos, words[start:stop])
-        for b in prange((stop - start) // 16):
-            o = start + 16 * b
-            for j in range(8):  # each j reads and writes only slots j and j + 8
-                u1 = _ONE - _uniform24(_temper(words[o + j]))
-                u2 = _uniform24(_temper(words[o + 8 + j]))
-                radius = np.sqrt(_MINUS_TWO * f32(_logf(u1)))
-                theta = f32(_TWO_PI_D * np.float64(u2))
-                out[o + j] = _round(radius * f32(_cosf(theta)) + _ZERO, bf16)
-                out[o + 8 + j] = _round(radius * f32(_sinf(theta)) + _ZERO, bf16)
-
-
-@njit(parallel=True)  # calls libm through ctypes, so it cannot be cached
-def double_parallel(key, pos, out, words):
-    """double_blocks on every thread; ``words`` is ``out`` viewed as uint32 (two a value)."""
-    for start in range(0, out.size, _PAR_CHUNK):
-        stop = min(start + _PAR_CHUNK, out.size)
-        raw_words(key, pos, words[2 * start:2 * stop])
-        for b in prange((stop - start) // 16):
-            o = start + 16 * b
-            for j in range(8):  # value j's words lie under values j and j + 8 only
-                i1, i2 = 2 * (o + j), 2 * (o + 8 + j)
-                u1 = 1.0 - _uniform53(_temper(words[i1]), _temper(words[i1 + 1]))
-                u2 = _uniform53(_temper(words[i2]), _temper(words[i2 + 1]))
-                radius = np.sqrt(-2.0 * _log(u1))
-                theta = _TWO_PI_D * u2
-                out[o + j] = radius * _cos(theta) + 0.0
-                out[o + 8 + j] = radius * _sin(theta) + 0.0
-
+@njit(nogil=True)  # calls libm through ctypes, so it cannot be cached
+def double_range(words, out, lo, hi, bf16):
+    """double_blocks on values ``lo:hi`` in place; ``words`` holds two a value (``bf16`` unused)."""
+    for o in range(lo, hi, 16):
+        for j in range(8):  # value j's words lie under values j and j + 8 only
+            i1, i2 = 2 * (o + j), 2 * (o + 8 + j)
+            u1 = 1.0 - _uniform53(_temper(words[i1]), _temper(words[i1 + 1]))
+            u2 = _uniform53(_temper(words[i2]), _temper(words[i2 + 1]))
+            radius = np.sqrt(-2.0 * _log(u1))
+            theta = _TWO_PI_D * u2
+            out[o + j] = radius * _cos(theta) + 0.0
+            out[o + 8 + j] = radius * _sin(theta) + 0.0

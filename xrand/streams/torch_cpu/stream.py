@@ -25,7 +25,7 @@ import numpy as np
 from ..base import Stream
 from ...checks import UsageError, module_installed, module_loaded
 from ...numeric import cast_float64, float32_to_bfloat16_values
-from .._parallel import launch, parallel_allowed
+from .._parallel import Tasks
 from .reference import (
     _TWO_PI_D, box_muller_double, box_muller_float, uniform_double, uniform_float,
 )
@@ -35,7 +35,7 @@ ENGINES = ("auto", "torch", "numba-parallel", "numba", "numpy")
 KERNELS = ("avx2", "scalar")
 
 _CHUNK = 1 << 16  # values made at a time: a multiple of 16; bounds scratch memory, fits caches
-_PARALLEL_MIN = 1 << 14  # smaller draws run on one thread: starting the threads costs more
+_PARALLEL_MIN = 1 << 19  # smaller draws run on one thread: handing out tasks costs more
 
 
 def torch_kernel() -> str:
@@ -193,8 +193,9 @@ class _NumbaEngine(_MTEngine):
 class _ParallelEngine(_NumbaEngine):
     """The numba engine with the blocks of 16 transformed on ``threads`` threads (same bits).
 
-    float32, bfloat16 and float64 draw their words into the output itself and transform it in
-    place; float16 goes through a float32 scratch a chunk at a time.
+    The calling thread draws a chunk's words into the output itself (as uint32), then a pool
+    thread transforms the chunk in place while the next chunk's words are drawn. float16 goes
+    through a float32 scratch a chunk at a time.
     """
 
     def __init__(self, kernel: str, threads: Optional[int] = None) -> None:
@@ -202,23 +203,22 @@ class _ParallelEngine(_NumbaEngine):
         self.threads = threads
 
     def fill(self, out: np.ndarray, dtype: str) -> None:
-        if dtype == "float16" or out.size < _PARALLEL_MIN or not parallel_allowed():
+        if dtype == "float16" or out.size < _PARALLEL_MIN:
             super().fill(out, dtype)
-        elif dtype == "float64":
-            launch(self.threads, self.kernels.double_parallel, self.key, self.pos, out,
-                                out.view(np.uint32))
+            return
+        if dtype == "float64":
+            transform = self.kernels.double_range
         else:
-            self._float_parallel(out, dtype == "bfloat16")
-
-    def float_blocks(self, out: np.ndarray) -> None:
-        if out.size >= _PARALLEL_MIN and parallel_allowed():
-            self._float_parallel(out, False)
-        else:
-            super().float_blocks(out)
-
-    def _float_parallel(self, out: np.ndarray, bfloat16: bool) -> None:
-        kernel = self.kernels.float_avx2_parallel if self.kernel == "avx2" else self.kernels.float_scalar_parallel
-        launch(self.threads, kernel, self.key, self.pos, out, out.view(np.uint32), bfloat16)
+            transform = self.kernels.float_avx2_range if self.kernel == "avx2" else self.kernels.float_scalar_range
+        words, per_value = out.view(np.uint32), 2 if dtype == "float64" else 1
+        tasks = Tasks(self.threads)
+        try:
+            for lo in range(0, out.size, self.kernels.PAR_CHUNK):
+                hi = min(lo + self.kernels.PAR_CHUNK, out.size)
+                self.kernels.raw_words(self.key, self.pos, words[per_value * lo:per_value * hi])
+                tasks.submit(transform, words, out, lo, hi, dtype == "bfloat16")
+        finally:
+            tasks.wait()
 
 
 class _TorchEngine:
