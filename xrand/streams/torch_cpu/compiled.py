@@ -1,9 +1,9 @@
 """Compiled kernels of the ``torch-cpu`` stream (numba engine); imported only when it is used.
 
-The state is a ``uint32[624]`` key and an ``int64[1]`` position, changed in place. Every
-``*_blocks`` function draws the words for ``out.size`` values (a multiple of 16) and writes
-torch's Box-Muller output, exactly as the matching code in ``reference.py``; the ``*_range``
-functions transform part of a chunk whose words are drawn already (numba-parallel engine).
+The state is a ``uint32[624]`` key and an ``int64[1]`` position, changed in place. A draw of
+blocks of 16 puts the untempered words into the output itself (``raw_words``), then a ``*_range``
+function turns them into torch's Box-Muller output in place, exactly as the matching code in
+``reference.py``; the numba-parallel engine runs the ``*_range`` calls on several threads.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ _U1, _U7, _U11, _U15, _U18 = (np.uint64(k) for k in (1, 7, 11, 15, 18))
 _TEMPER_B, _TEMPER_C = np.uint64(0x9D2C5680), np.uint64(0xEFC60000)
 _MASK24, _MASK21, _U32 = np.uint64(0xFFFFFF), np.uint64(0x1FFFFF), np.uint64(32)
 
-_SUB = 2048  # values drawn and transformed at a time (stays in L1/L2)
+_SUB = 2048  # values transformed at a time (the scratch stays in L1)
 
 # the float32 constants of avx_mathfun.h, shared with the NumPy reference
 f32 = np.float32
@@ -195,69 +195,10 @@ def _box_muller_avx2_pairs(u1, u2, cos_out, sin_out):
         cos_out[i], sin_out[i] = _box_muller_avx2(_ONE - u1[i], u2[i])
 
 
-@njit(cache=True)
-def float_blocks_avx2(key, pos, out):
-    """float32 blocks of 16 with the AVX2 kernel (native/cpu/DistributionTemplates.h)."""
-    buf = np.empty(_SUB, np.uint32)
-    half = _SUB // 2
-    u1, u2 = np.empty(half, np.float32), np.empty(half, np.float32)
-    cos_part, sin_part = np.empty(half, np.float32), np.empty(half, np.float32)
-    for start in range(0, out.size, _SUB):
-        k = min(_SUB, out.size - start)
-        words(key, pos, buf, k)
-        # slot j of each block of 16 pairs with slot j + 8
-        for b in range(k // 16):
-            for j in range(8):
-                u1[8 * b + j] = _uniform24(buf[16 * b + j])
-                u2[8 * b + j] = _uniform24(buf[16 * b + 8 + j])
-        _box_muller_avx2_pairs(u1[: k // 2], u2[: k // 2], cos_part, sin_part)
-        for b in range(k // 16):
-            for j in range(8):
-                out[start + 16 * b + j] = cos_part[8 * b + j]
-                out[start + 16 * b + 8 + j] = sin_part[8 * b + j]
-
-
-@njit  # calls libm through ctypes, so it cannot be cached
-def float_blocks_scalar(key, pos, out):
-    """float32 blocks of 16 with the scalar NormalFill16<float> (libm logf/cosf/sinf)."""
-    buf = np.empty(_SUB, np.uint32)
-    for start in range(0, out.size, _SUB):
-        k = min(_SUB, out.size - start)
-        words(key, pos, buf, k)
-        for b in range(0, k, 16):
-            o = start + b
-            for j in range(8):
-                u1 = _ONE - _uniform24(buf[b + j])
-                u2 = _uniform24(buf[b + 8 + j])
-                radius = np.sqrt(_MINUS_TWO * f32(_logf(u1)))
-                theta = f32(_TWO_PI_D * np.float64(u2))
-                out[o + j] = radius * f32(_cosf(theta)) + _ZERO
-                out[o + 8 + j] = radius * f32(_sinf(theta)) + _ZERO
-
-
-@njit  # calls libm through ctypes, so it cannot be cached
-def double_blocks(key, pos, out):
-    """float64 blocks of 16 (NormalFill16<double>, libm log/cos/sin), two words a value."""
-    buf = np.empty(2 * _SUB, np.uint32)
-    for start in range(0, out.size, _SUB):
-        k = min(_SUB, out.size - start)
-        words(key, pos, buf, 2 * k)
-        for b in range(0, k, 16):
-            o = start + b
-            for j in range(8):
-                i1, i2 = 2 * (b + j), 2 * (b + 8 + j)
-                u1 = 1.0 - _uniform53(buf[i1], buf[i1 + 1])
-                u2 = _uniform53(buf[i2], buf[i2 + 1])
-                radius = np.sqrt(-2.0 * _log(u1))
-                theta = _TWO_PI_D * u2
-                out[o + j] = radius * _cos(theta) + 0.0
-                out[o + 8 + j] = radius * _sin(theta) + 0.0
-
-
-# -- multi-core kernels ------------------------------------------------------------------------
+# -- blocks of 16 ------------------------------------------------------------------------------
 # mt19937 must run in order, but each block of 16 values is transformed on its own: a chunk's
 # untempered words go into the output itself (as uint32), then its blocks are tempered and
-# transformed in place by another thread (nogil) while the next chunk's words are drawn.
+# transformed in place, by another thread (nogil) while the next chunk's words are drawn.
 
 PAR_CHUNK = 1 << 18  # values a task transforms (a multiple of 16; 1 MiB of words stays in L2)
 
@@ -298,7 +239,7 @@ def _round(x, bf16):
 
 @njit(cache=True, nogil=True)
 def float_avx2_range(words, out, lo, hi, bf16):
-    """float_blocks_avx2 on values ``lo:hi`` in place: untempered ``words`` in, ``out`` (same memory) out."""
+    """normal_fill_16_AVX2 on values ``lo:hi`` in place: untempered ``words`` in, ``out`` (same memory) out."""
     half = _SUB // 2
     u1, u2 = np.empty(half, np.float32), np.empty(half, np.float32)
     cos_part, sin_part = np.empty(half, np.float32), np.empty(half, np.float32)
@@ -317,7 +258,7 @@ def float_avx2_range(words, out, lo, hi, bf16):
 
 @njit(nogil=True)  # calls libm through ctypes, so it cannot be cached
 def float_scalar_range(words, out, lo, hi, bf16):
-    """float_blocks_scalar on values ``lo:hi`` in place, as float_avx2_range."""
+    """NormalFill16<float> with libm logf/cosf/sinf on values ``lo:hi`` in place, as float_avx2_range."""
     for o in range(lo, hi, 16):
         for j in range(8):  # each j reads and writes only slots j and j + 8
             u1 = _ONE - _uniform24(_temper(words[o + j]))
@@ -330,7 +271,7 @@ def float_scalar_range(words, out, lo, hi, bf16):
 
 @njit(nogil=True)  # calls libm through ctypes, so it cannot be cached
 def double_range(words, out, lo, hi, bf16):
-    """double_blocks on values ``lo:hi`` in place; ``words`` holds two a value (``bf16`` unused)."""
+    """NormalFill16<double> with libm log/cos/sin on values ``lo:hi`` in place; two words a value."""
     for o in range(lo, hi, 16):
         for j in range(8):  # value j's words lie under values j and j + 8 only
             i1, i2 = 2 * (o + j), 2 * (o + 8 + j)

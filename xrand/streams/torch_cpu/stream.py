@@ -181,13 +181,15 @@ class _NumbaEngine(_MTEngine):
         return out
 
     def float_blocks(self, out: np.ndarray) -> None:
-        if self.kernel == "avx2":
-            self.kernels.float_blocks_avx2(self.key, self.pos, out)
-        else:
-            self.kernels.float_blocks_scalar(self.key, self.pos, out)
+        words = out.view(np.uint32)  # drawn into the output, then transformed in place
+        self.kernels.raw_words(self.key, self.pos, words)
+        transform = self.kernels.float_avx2_range if self.kernel == "avx2" else self.kernels.float_scalar_range
+        transform(words, out, 0, out.size, False)
 
     def double_blocks(self, out: np.ndarray) -> None:
-        self.kernels.double_blocks(self.key, self.pos, out)
+        words = out.view(np.uint32)
+        self.kernels.raw_words(self.key, self.pos, words)
+        self.kernels.double_range(words, out, 0, out.size, False)
 
 
 class _ParallelEngine(_NumbaEngine):
