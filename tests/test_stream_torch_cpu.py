@@ -293,7 +293,7 @@ def test_importing_does_not_import_torch_or_numba():
 
 # -- numba-parallel: words in order, blocks of 16 on every thread --------------------------------
 
-# many compiled.PAR_CHUNK chunks (256K values), the last one short, and a partial block
+# many compiled.PAR_CHUNK chunks (128K values), the last one short, and a partial block
 PARALLEL_NUMEL = (1 << 22) + 4096 + 5
 
 
@@ -303,7 +303,7 @@ PARALLEL_NUMEL = (1 << 22) + 4096 + 5
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_parallel_engine_matches_torch_for_every_thread_count(threads, dtype):
     stream, generator = TorchCPUStream(6, engine="numba-parallel", threads=threads), torch_generator(6)
-    for shape in [(PARALLEL_NUMEL,), (3,), (1, 4, 128, 128), (600_000 + 7,)]:
+    for shape in [(PARALLEL_NUMEL,), (3,), (1, 4, 128, 128), (1_100_000 + 7,)]:
         assert_same_bits(stream.normal(shape, dtype), torch_randn(generator, shape, dtype), f"{shape} {dtype}")
     assert stream.get_state() == parse_torch_state(generator.get_state())
 
@@ -313,7 +313,8 @@ def test_parallel_engine_matches_torch_for_every_thread_count(threads, dtype):
 def test_parallel_engine_matches_torch_on_more_threads_than_cores():
     # 5 threads on a 2-core machine take the chunks in an order of their own
     stream, generator = TorchCPUStream(7, engine="numba-parallel", threads=5), torch_generator(7)
-    for numel, dtype in [(PARALLEL_NUMEL, "float32"), (600_001, "float64"), (700_001, "bfloat16"), (50_000, "float16")]:
+    for numel, dtype in [(PARALLEL_NUMEL, "float32"), (1_100_001, "float64"), (1_200_001, "bfloat16"),
+                         (50_000, "float16")]:
         assert_same_bits(stream.normal((numel,), dtype), torch_randn(generator, (numel,), dtype), f"{numel} {dtype}")
 
 
@@ -368,7 +369,7 @@ def test_scalar_kernel_is_libm_box_muller():
 def test_parallel_scalar_kernel_equals_the_one_thread_kernel(threads):
     # the one-thread scalar kernel is checked against torch in the next test
     one, many = (TorchCPUStream(9, engine=e, kernel="scalar", threads=threads) for e in ("numba", "numba-parallel"))
-    for numel, dtype in [(600_003, "float32"), (600_003, "bfloat16"), (20_000, "float16"), (600_000, "float64")]:
+    for numel, dtype in [(1_100_003, "float32"), (1_100_003, "bfloat16"), (20_000, "float16"), (1_100_000, "float64")]:
         assert_same_bits(many.normal((numel,), dtype), one.normal((numel,), dtype), f"{numel} {dtype}")
 
 

@@ -41,11 +41,14 @@ class Tasks:
         self.threads = thread_count(threads)
         self.futures: List[Future] = []
 
-    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Optional[Future]:
+        """Start ``fn(*args)``; its future, or None when it ran already (one thread)."""
         if self.threads == 1:
             fn(*args)
-        else:
-            self.futures.append(_pool(self.threads).submit(fn, *args))
+            return None
+        future = _pool(self.threads).submit(fn, *args)
+        self.futures.append(future)
+        return future
 
     def wait(self) -> None:
         for future in self.futures:

@@ -197,10 +197,10 @@ def _box_muller_avx2_pairs(u1, u2, cos_out, sin_out):
 
 # -- blocks of 16 ------------------------------------------------------------------------------
 # mt19937 must run in order, but each block of 16 values is transformed on its own: a chunk's
-# untempered words go into the output itself (as uint32), then its blocks are tempered and
-# transformed in place, by another thread (nogil) while the next chunk's words are drawn.
+# untempered words are drawn (into the output itself, or a buffer), then its blocks are tempered
+# and transformed, by another thread (nogil) while the next chunk's words are drawn.
 
-PAR_CHUNK = 1 << 18  # values a task transforms (a multiple of 16; 1 MiB of words stays in L2)
+PAR_CHUNK = 1 << 17  # values a task transforms (a multiple of 16; its 512 KiB of words stay in L2)
 
 
 @njit(cache=True, nogil=True)
@@ -239,7 +239,7 @@ def _round(x, bf16):
 
 @njit(cache=True, nogil=True)
 def float_avx2_range(words, out, lo, hi, bf16):
-    """normal_fill_16_AVX2 on values ``lo:hi`` in place: untempered ``words`` in, ``out`` (same memory) out."""
+    """normal_fill_16_AVX2 on values ``lo:hi``: untempered ``words`` in, ``out`` (may be the same memory) out."""
     half = _SUB // 2
     u1, u2 = np.empty(half, np.float32), np.empty(half, np.float32)
     cos_part, sin_part = np.empty(half, np.float32), np.empty(half, np.float32)
@@ -258,7 +258,7 @@ def float_avx2_range(words, out, lo, hi, bf16):
 
 @njit(nogil=True)  # calls libm through ctypes, so it cannot be cached
 def float_scalar_range(words, out, lo, hi, bf16):
-    """NormalFill16<float> with libm logf/cosf/sinf on values ``lo:hi`` in place, as float_avx2_range."""
+    """NormalFill16<float> with libm logf/cosf/sinf on values ``lo:hi``, as float_avx2_range."""
     for o in range(lo, hi, 16):
         for j in range(8):  # each j reads and writes only slots j and j + 8
             u1 = _ONE - _uniform24(_temper(words[o + j]))
@@ -271,7 +271,7 @@ def float_scalar_range(words, out, lo, hi, bf16):
 
 @njit(nogil=True)  # calls libm through ctypes, so it cannot be cached
 def double_range(words, out, lo, hi, bf16):
-    """NormalFill16<double> with libm log/cos/sin on values ``lo:hi`` in place; two words a value."""
+    """NormalFill16<double> with libm log/cos/sin on values ``lo:hi``, as float_avx2_range; two words a value."""
     for o in range(lo, hi, 16):
         for j in range(8):  # value j's words lie under values j and j + 8 only
             i1, i2 = 2 * (o + j), 2 * (o + 8 + j)
