@@ -76,6 +76,36 @@ def cuda_methods() -> Dict[str, Callable[[int], object]]:
     return {name: (lambda n, s=s: s.normal((n,), "float32")) for name, s in streams.items()}
 
 
+def parallel_breakdown(n: int = 2**20, repeats: int = 9) -> str:
+    """Where numba-parallel's time goes: the words (drawn in order, one thread) and the transform
+    (split over the threads), each timed alone on one thread, and the CPU other processes took."""
+    import os
+
+    import numpy as np
+
+    from bench_common import CpuShare
+    from xrand.streams.torch_cpu import compiled, stream
+
+    engine = stream._ParallelEngine("avx2")
+    words, out = np.empty(n, np.uint32), np.empty(n, np.float32)
+    engine.kernels.raw_words(engine.key, engine.pos, words)
+    compiled.float_avx2_range(words.copy(), out, 0, n, False)
+    share = CpuShare().start()
+    times = interleaved({"words": lambda: compiled.raw_words(engine.key, engine.pos, words),
+                         "transform": lambda: compiled.float_avx2_range(words, out, 0, n, False)},
+                        repeats, {"words": 1, "transform": 1})
+    others = share.stop()
+    w, t = (statistics.median(times[k]) / n * 1e9 for k in ("words", "transform"))
+    threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return (f"Why `engine=numba-parallel` misses: per value, drawing the mt19937 words in order takes {w:.2f} ns "
+            f"and the Box-Muller transform {t:.2f} ns on one thread (medians of {repeats}, {n:,} values, timed "
+            f"alone just now). With its {threads} threads the engine needs at least {w:.2f} + {t:.2f} / {threads} "
+            f"= {w + t / threads:.2f} ns per value if every thread has a core, {w + t:.2f} ns if it has one. Other "
+            f"processes took {'an unknown share' if others is None else f'{others:.0%}'} of the CPU during this "
+            "breakdown (the figure's own share is under the table): when they take most of it, the second thread "
+            "has no core to run on and the engine runs at about one thread's speed, plus handing out tasks.")
+
+
 def run(repeats: int = 21) -> Section:
     cpu, source = torch_cpu_methods()
     methods = dict(cpu)
@@ -140,6 +170,8 @@ def run(repeats: int = 21) -> Section:
             "dependency-free path; the compiled engine of the optional extra `xrand[fast]` (numba) gives the same "
             "bits (tests/test_stream_torch_cpu.py) within the target, and `engine=\"auto\"` picks it when numba "
             "is installed.")
+    if "engine=numba-parallel" in misses:
+        section.notes.append(parallel_breakdown())
     for name, n in misses.items():
         fn = methods[name]
         section.notes.append(f"Where `{name}` spends its time drawing {n:,} values (cProfile, own time):\n\n"
