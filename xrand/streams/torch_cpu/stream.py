@@ -10,28 +10,33 @@ into normals in one of two ways (aten/src/ATen/native/cpu/DistributionTemplates.
   (core/DistributionsHelper.h), whatever the dtype.
 
 Engines give the same numbers: ``numpy`` (reference, needs only NumPy), ``numba`` (compiled,
-fast), ``torch`` (torch itself, state synced in and out). ``kernel`` picks the float kernel:
+one thread), ``numba-parallel`` (compiled, blocks transformed on ``threads`` threads), ``torch``
+(torch itself, state synced in and out). ``kernel`` picks the float kernel:
 ``avx2`` (x86-64 torch) or ``scalar`` (aarch64 / Apple Silicon torch, or ATEN_CPU_CAPABILITY=default).
 """
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Optional, Tuple
+import numbers
+from concurrent.futures import Future
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from ..base import Stream
 from ...checks import UsageError, module_installed, module_loaded
 from ...numeric import cast_float64, float32_to_bfloat16_values
+from .._parallel import Tasks
 from .reference import (
     _TWO_PI_D, box_muller_double, box_muller_float, uniform_double, uniform_float,
 )
 from .state import N, check_state, make_state, parse_torch_state, seed_key, torch_state_bytes
 
-ENGINES = ("auto", "torch", "numba", "numpy")
+ENGINES = ("auto", "torch", "numba-parallel", "numba", "numpy")
 KERNELS = ("avx2", "scalar")
 
 _CHUNK = 1 << 16  # values made at a time: a multiple of 16; bounds scratch memory, fits caches
+_PARALLEL_MIN = 1 << 20  # smaller draws run on one thread: handing out tasks and buffers cost more
 
 
 def torch_kernel() -> str:
@@ -86,28 +91,31 @@ class _MTEngine:
         return cast_float64(np.array(values, dtype=np.float64), dtype)
 
     def _large(self, out: np.ndarray, dtype: str) -> None:
-        """normal_fill (native/cpu/DistributionTemplates.h) into ``out``, a chunk at a time."""
+        """normal_fill (native/cpu/DistributionTemplates.h) into ``out``."""
         n = out.size
         full = n - n % 16
-        wide = dtype == "float64"
-        blocks = self.double_blocks if wide else self.float_blocks
-        scratch = np.empty(min(_CHUNK, full), np.float32) if dtype == "float16" else None
-        for start in range(0, full, _CHUNK):
-            stop = min(start + _CHUNK, full)
+        self.fill(out[:full], dtype)
+        if n % 16:
+            # float/double first fill every slot with a uniform, then redraw the last 16;
+            # half/bfloat16 draw block by block, so their tail follows the last full block
+            if dtype in ("float32", "float64"):
+                self.words((n - full) * (2 if dtype == "float64" else 1))
+            tail = np.empty(16, out.dtype)
+            self.fill(tail, dtype)
+            out[n - 16:] = tail
+
+    def fill(self, out: np.ndarray, dtype: str) -> None:
+        """Full blocks of 16 into ``out`` (bfloat16 as float32), a chunk at a time."""
+        blocks = self.double_blocks if dtype == "float64" else self.float_blocks
+        scratch = np.empty(min(_CHUNK, out.size), np.float32) if dtype == "float16" else None
+        for start in range(0, out.size, _CHUNK):
+            stop = min(start + _CHUNK, out.size)
             target = out[start:stop] if scratch is None else scratch[: stop - start]
             blocks(target)
             if dtype == "bfloat16":
                 target[:] = float32_to_bfloat16_values(target)
             elif dtype == "float16":
                 out[start:stop] = target
-        if n % 16:
-            # float/double first fill every slot with a uniform, then redraw the last 16;
-            # half/bfloat16 draw block by block, so their tail follows the last full block
-            if dtype in ("float32", "float64"):
-                self.words((n - full) * (2 if wide else 1))
-            tail = np.empty(16, np.float64 if wide else np.float32)
-            blocks(tail)
-            out[n - 16:] = float32_to_bfloat16_values(tail) if dtype == "bfloat16" else tail
 
     # subclass interface
     def set_mt(self, key: np.ndarray, pos: int) -> None:
@@ -174,13 +182,52 @@ class _NumbaEngine(_MTEngine):
         return out
 
     def float_blocks(self, out: np.ndarray) -> None:
-        if self.kernel == "avx2":
-            self.kernels.float_blocks_avx2(self.key, self.pos, out)
-        else:
-            self.kernels.float_blocks_scalar(self.key, self.pos, out)
+        words = out.view(np.uint32)  # drawn into the output, then transformed in place
+        self.kernels.raw_words(self.key, self.pos, words)
+        transform = self.kernels.float_avx2_range if self.kernel == "avx2" else self.kernels.float_scalar_range
+        transform(words, out, 0, out.size, False)
 
     def double_blocks(self, out: np.ndarray) -> None:
-        self.kernels.double_blocks(self.key, self.pos, out)
+        words = out.view(np.uint32)
+        self.kernels.raw_words(self.key, self.pos, words)
+        self.kernels.double_range(words, out, 0, out.size, False)
+
+
+class _ParallelEngine(_NumbaEngine):
+    """The numba engine with the blocks of 16 transformed on ``threads`` threads (same bits).
+
+    The calling thread draws a chunk's words into one of ``threads + 1`` small buffers, then a
+    pool thread transforms them into the output while the next chunk's words are drawn (the
+    output's fresh pages are first touched by the pool threads, not by the sequential part).
+    float16 goes through a float32 scratch a chunk at a time, on one thread.
+    """
+
+    def __init__(self, kernel: str, threads: Optional[int] = None) -> None:
+        super().__init__(kernel)
+        self.threads = threads
+
+    def fill(self, out: np.ndarray, dtype: str) -> None:
+        if dtype == "float16" or out.size < _PARALLEL_MIN:
+            super().fill(out, dtype)
+            return
+        if dtype == "float64":
+            transform = self.kernels.double_range
+        else:
+            transform = self.kernels.float_avx2_range if self.kernel == "avx2" else self.kernels.float_scalar_range
+        chunk, per_value = self.kernels.PAR_CHUNK, 2 if dtype == "float64" else 1
+        tasks = Tasks(self.threads)
+        buffers = [np.empty(per_value * chunk, np.uint32) for _ in range(min(tasks.threads, 64) + 1)]
+        pending: List[Optional[Future]] = [None] * len(buffers)
+        try:
+            for index, lo in enumerate(range(0, out.size, chunk)):
+                hi, slot = min(lo + chunk, out.size), index % len(buffers)
+                if pending[slot] is not None:
+                    pending[slot].result()  # the task that read this buffer last is done
+                words = buffers[slot][: per_value * (hi - lo)]
+                self.kernels.raw_words(self.key, self.pos, words)
+                pending[slot] = tasks.submit(transform, words, out[lo:hi], 0, hi - lo, dtype == "bfloat16")
+        finally:
+            tasks.wait()
 
 
 class _TorchEngine:
@@ -210,7 +257,7 @@ class _TorchEngine:
 
 
 def resolve_engine(engine: str, kernel: str) -> str:
-    """The engine ``"auto"`` stands for: torch if imported, else numba, else torch, else numpy."""
+    """The engine ``"auto"`` stands for: torch if imported, else numba-parallel, else torch, else numpy."""
     if engine not in ENGINES:
         raise UsageError(f"unknown torch-cpu engine {engine!r}; accepted: {', '.join(ENGINES)}")
     if kernel not in KERNELS:
@@ -223,11 +270,11 @@ def resolve_engine(engine: str, kernel: str) -> str:
                              f"not {kernel!r}; use engine 'numba' or 'numpy' for it")
     if engine != "auto":
         return engine
-    # torch only when already imported: numba is as fast and importing torch takes seconds.
+    # torch only when already imported: numba-parallel is faster and importing torch takes seconds.
     if module_loaded("torch") and torch_kernel() == kernel:
         return "torch"
     if module_installed("numba"):
-        return "numba"
+        return "numba-parallel"
     if module_installed("torch") and torch_kernel() == kernel:
         return "torch"
     return "numpy"
@@ -241,16 +288,25 @@ class TorchCPUStream(Stream):
 
     Consecutive calls continue one generator, including the cached second value of the
     small-tensor path. ``engine`` and ``kernel`` as in the module docstring; ``self.engine``
-    is the engine actually used.
+    is the engine actually used. ``threads``: how many the numba-parallel engine uses (None:
+    numba's current number; at most NUMBA_NUM_THREADS); the values do not depend on it.
     """
 
     name = "torch-cpu"
 
-    def __init__(self, seed: int = 0, engine: str = "auto", kernel: str = "avx2") -> None:
+    def __init__(self, seed: int = 0, engine: str = "auto", kernel: str = "avx2",
+                 threads: Optional[int] = None) -> None:
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, numbers.Integral)
+                                    or threads < 1):
+            raise UsageError(f"torch-cpu threads must be None or an integer >= 1, got {threads!r}")
         self.kernel = kernel
         self.engine = resolve_engine(engine, kernel)
         self._requested = engine
-        self._impl = _ENGINE_CLASSES[self.engine](kernel)
+        self.threads = None if threads is None else int(threads)
+        if self.engine == "numba-parallel":
+            self._impl = _ParallelEngine(kernel, self.threads)
+        else:
+            self._impl = _ENGINE_CLASSES[self.engine](kernel)
         self.seed(seed)
         self.initial_seed = seed
 
@@ -267,7 +323,10 @@ class TorchCPUStream(Stream):
         self._impl.set(*check_state(state))
 
     def options(self) -> Dict[str, Any]:
-        return {"engine": self._requested, "kernel": self.kernel}
+        options = {"engine": self._requested, "kernel": self.kernel}
+        if self.threads is not None:
+            options["threads"] = self.threads
+        return options
 
     # -- torch generator state -------------------------------------------------------------
     def torch_state(self) -> bytes:
@@ -287,9 +346,10 @@ class TorchCPUStream(Stream):
         return generator
 
     @classmethod
-    def from_torch_generator(cls, generator: Any, engine: str = "auto", kernel: str = "avx2") -> "TorchCPUStream":
+    def from_torch_generator(cls, generator: Any, engine: str = "auto", kernel: str = "avx2",
+                             threads: Optional[int] = None) -> "TorchCPUStream":
         """A stream that continues where the torch CPU ``generator`` stands (state copied)."""
-        stream = cls(0, engine=engine, kernel=kernel)
+        stream = cls(0, engine=engine, kernel=kernel, threads=threads)
         stream.set_torch_state(generator.get_state())
         return stream
 
