@@ -14,7 +14,8 @@ ms = pytest.importorskip("mindspore")
 pytest.importorskip("mindone.diffusers")
 
 from xrand.pipelines.compare import compare_frameworks, compare_sides  # noqa: E402
-from xrand.pipelines.ddim import Settings, run_side  # noqa: E402
+from xrand.pipelines.settings import Settings  # noqa: E402
+from xrand.pipelines.sides import run_side  # noqa: E402
 from xrand.pipelines.report import write_report  # noqa: E402
 from xrand.pipelines.sidefile import load_side, save_side  # noqa: E402
 
@@ -212,7 +213,7 @@ def test_plain_safetensors_is_not_a_side_file(tmp_path):
 
 # -- bad models and settings -------------------------------------------------------------------------------
 def test_missing_and_incomplete_model_folders(tmp_path):
-    from xrand.pipelines.ddim import check_model
+    from xrand.pipelines.sides import check_model
 
     with pytest.raises(FileNotFoundError, match="does not exist"):
         check_model(str(tmp_path / "nope"))
