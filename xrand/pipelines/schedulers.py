@@ -81,6 +81,7 @@ MATRIX: Tuple[Tuple[str, Dict[str, Any]], ...] = (
     ("DDPMScheduler", {}),
     ("DDPMParallelScheduler", {}),
     ("PNDMScheduler", {}),
+    ("PNDMScheduler", {"skip_prk_steps": True}),
     ("IPNDMScheduler", {}),
     ("EulerDiscreteScheduler", {}),
     ("EulerDiscreteScheduler", {"s_churn": 1.0}),
@@ -190,7 +191,11 @@ def split_options(cls: type, options: Mapping[str, Any]) -> Tuple[Dict[str, Any]
 
 def build(library: Any, cls_name: str, base_config: Mapping[str, Any], options: Mapping[str, Any]):
     """``Cls.from_config(base_config, **config_options)`` from ``library``; returns (scheduler, step options)."""
-    cls = getattr(library, cls_name, None)
+    import importlib
+
+    # mindone.diffusers exports some schedulers (TCDScheduler) only from its schedulers package
+    cls = getattr(library, cls_name, None) or getattr(importlib.import_module(library.__name__ + ".schedulers"),
+                                                      cls_name, None)
     if cls is None:
         raise UsageError(f"{library.__name__} has no {cls_name}; accepted: {', '.join(IMAGE_SCHEDULERS)}")
     config, step = split_options(cls, options)
@@ -202,6 +207,15 @@ def build(library: Any, cls_name: str, base_config: Mapping[str, Any], options: 
         return cls.from_config(dict(base_config), **config), step
     except (ValueError, NotImplementedError) as exc:  # e.g. algorithm_type='nope' refused by the scheduler
         raise UsageError(f"{cls_name} refused the options {config}: {exc}") from exc
+
+
+def check_steps(scheduler: Any, steps: int) -> None:
+    """Step counts a scheduler refuses with an unhelpful error of its own."""
+    config = scheduler.config
+    if type(scheduler).__name__ == "PNDMScheduler" and not config.get("skip_prk_steps") and steps < 4:
+        # diffusers' scheduling_pndm.py set_timesteps: the Runge-Kutta warm-up takes pndm_order (4) timesteps
+        raise UsageError(f"PNDMScheduler with Runge-Kutta steps needs at least 4 steps, got {steps}; "
+                         "use more steps or the option skip_prk_steps=true")
 
 
 def config_dict(scheduler: Any) -> Dict[str, Any]:

@@ -250,6 +250,7 @@ class _StepRecorder:
         original = scheduler.step
         to_numpy, options = loaded.fw.to_numpy, loaded.step_options
 
+        @functools.wraps(original)  # pipelines inspect step's signature for eta and generator
         def step(model_output, timestep, sample, *args, **kwargs):
             if self.first_input is None:
                 self.first_input = to_numpy(sample)
@@ -276,6 +277,7 @@ def run(loaded: Loaded, settings: Settings, mode: str = "pynative") -> Side:
                          f"{loaded.dtype} from {loaded.model!r}, asked for {settings.model!r}")
     loaded.recipe.check(settings)
     loaded.use_scheduler(settings)
+    schedulers.check_steps(loaded.pipe.scheduler, settings.steps)
     fw, pipe, recipe = loaded.fw, loaded.pipe, loaded.recipe
     generator = CountingGenerator(settings.seed, stream=settings.stream)
     recorder = _StepRecorder(loaded, generator)
