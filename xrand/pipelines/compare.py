@@ -147,6 +147,7 @@ def lockstep_side(loaded: Loaded, settings: Settings, inputs: List[np.ndarray], 
     next sample. ``hook(index, timestep, unet_args, unet_kwargs)`` sees every UNet call's inputs
     (framework tensors, after ``scale_model_input`` and guidance duplication) before it runs.
     """
+    from .brownian import use_xrand_brownian
     from .recipes import step_arguments
     from .sides import CountingGenerator
 
@@ -159,6 +160,7 @@ def lockstep_side(loaded: Loaded, settings: Settings, inputs: List[np.ndarray], 
     rows = []
     with patched(), loaded.context(mode):
         scheduler = pipe.scheduler
+        use_xrand_brownian(scheduler, generator, fw.name)
         scheduler.set_timesteps(settings.steps)
         cond = recipe.conditioning(fw, pipe, settings)
         timesteps = scheduler.timesteps

@@ -25,6 +25,7 @@ from ..checks import UsageError
 from ..generator import Generator
 from ..patch import patched
 from . import schedulers
+from .brownian import use_xrand_brownian
 from .frameworks import FRAMEWORKS, Framework, check_framework, check_mindspore_mode, framework
 from .recipes import Recipe, denoising_loop, recipe as recipe_named, step_arguments
 from .settings import Settings
@@ -280,6 +281,7 @@ def run(loaded: Loaded, settings: Settings, mode: str = "pynative") -> Side:
     schedulers.check_steps(loaded.pipe.scheduler, settings.steps)
     fw, pipe, recipe = loaded.fw, loaded.pipe, loaded.recipe
     generator = CountingGenerator(settings.seed, stream=settings.stream)
+    use_xrand_brownian(pipe.scheduler, generator, fw.name)  # DPMSolverSDE, CosineDPMSolverMultistep
     recorder = _StepRecorder(loaded, generator)
     library_pipeline = recipe.runs_library_pipeline(loaded.scheduler_class)
     start = time.perf_counter()
