@@ -30,6 +30,7 @@ def import_frameworks(names: List[str]) -> None:
 def _settings(args, **override) -> "Settings":
     from .pipelines.schedulers import parse_option
     from .pipelines.settings import Settings
+    from .pipelines.sides import check_settings
 
     options = dict(parse_option(text) for text in args.scheduler_option or [])
     values = dict(model=args.model or default_model(), steps=args.steps, seed=args.seed,
@@ -38,7 +39,9 @@ def _settings(args, **override) -> "Settings":
                   negative_prompt=args.negative_prompt, guidance_scale=args.guidance_scale, height=args.height,
                   width=args.width)
     values.update(override)
-    return Settings(**values)
+    settings = Settings(**values)
+    check_settings(settings)  # before the frameworks' imports (seconds)
+    return settings
 
 
 def _devices(pairs: List[str]) -> Dict[str, str]:

@@ -89,6 +89,8 @@ def pipeline_class(settings: Settings) -> str:
         return settings.pipeline
     if not is_local(settings.model):
         return DEFAULT_PIPELINE
+    if not os.path.isdir(settings.model):
+        raise UsageError(f"model folder {settings.model!r} does not exist")
     name = folder_pipeline(settings.model)
     recipe_named(name)  # unknown pipeline: one line naming the accepted ones
     return name
@@ -174,32 +176,40 @@ class Loaded:
             raise UsageError(f"the model's scheduler {cls_name} is not one xrand compares; choose one with "
                              f"--scheduler: {', '.join(schedulers.IMAGE_SCHEDULERS)}")
         library = self.fw.import_library()
-        self.pipe.scheduler, self.step_options = schedulers.build(library, cls_name, self.base_scheduler,
-                                                                  settings.scheduler_options)
+        with _quiet():  # the first use of a scheduler class imports its module
+            self.pipe.scheduler, self.step_options = schedulers.build(library, cls_name, self.base_scheduler,
+                                                                      settings.scheduler_options)
         self.scheduler_class = cls_name
 
     def context(self, mode: str = "pynative"):
         return self.fw.context(self.device, mode)
 
 
+def check_settings(settings: Settings) -> Recipe:
+    """Everything about the settings that can be refused before importing a framework: the
+    pipeline (``--pipeline`` or the folder's), its own requirements (a prompt), its components."""
+    recipe = recipe_named(pipeline_class(settings))
+    recipe.check(settings)
+    check_model(settings.model, recipe.components)
+    return recipe
+
+
 def load(framework_name: str, settings: Settings, device: Optional[str] = None, quiet: bool = False) -> Loaded:
     """Load the settings' model with its pipeline class on one framework (torch device or MindSpore target)."""
     fw = framework(framework_name)
-    name = pipeline_class(settings)
-    recipe = recipe_named(name)
-    recipe.check(settings)
-    check_model(settings.model, recipe.components)
+    recipe = check_settings(settings)
+    name = recipe.pipeline
     if fw.name == "mindspore" and device is not None:
         from ..backends.mindspore import device_target
 
         device = device_target(device)
     base = folder_scheduler(settings.model)
     library = fw.import_library()
-    with fw.context(device, "pynative"):
+    with fw.context(device, "pynative"), _quiet():
         fw.prepare()
-        cls = getattr(library, name)
+        cls = getattr(library, name)  # a lazy attribute: imports the pipeline's modules (chatty)
         kwargs = {fw.dtype_argument(): fw.dtype(settings.dtype), **recipe.load_arguments}
-        with _quiet(), _load_errors(settings.model, fw.library):
+        with _load_errors(settings.model, fw.library):
             pipe = cls.from_pretrained(settings.model, **kwargs)
     if fw.name == "torch":
         pipe.to(device or "cpu")
