@@ -223,3 +223,19 @@ def test_mindspore_device_target_and_mode_are_restored_after_a_run(tiny_pair, ti
     pair.mindspore.device = "CPU"
     run(pair.mindspore, tiny(tiny_model), mode="graph")
     assert (ms.get_context("device_target"), ms.get_context("mode")) == before
+
+
+def test_side_files_carry_the_scheduler_and_what_ran(tiny_pair, tiny_model, tmp_path):
+    from xrand.pipelines.sidefile import load_side, save_side
+
+    settings = tiny(tiny_model, scheduler="dpm++-2m-sde", scheduler_options={"use_karras_sigmas": True})
+    a = load_side(save_side(run(tiny_pair.torch, settings), str(tmp_path / "pt.safetensors")))
+    b = load_side(save_side(run(tiny_pair.mindspore, settings), str(tmp_path / "ms.safetensors")))
+    assert a.settings == settings
+    assert a.ran["scheduler"] == "DPMSolverMultistepScheduler" and a.ran["scheduler_config"]["use_karras_sigmas"]
+    assert compare_sides(a, b).passed
+    other = load_side(save_side(run(tiny_pair.mindspore, tiny(tiny_model, scheduler="euler")),
+                                str(tmp_path / "euler.safetensors")))
+    with pytest.raises(xrand.UsageError, match="not comparable: scheduler: 'DPMSolverMultistepScheduler' vs "
+                                               "'EulerDiscreteScheduler'"):
+        compare_sides(a, other)
