@@ -181,8 +181,8 @@ def run(repeats: int = 5) -> Section:
             "a NumPy generator, both loaded in one process by `xrand.pipelines.sides.load`, exactly as "
             "`xrand compare` runs them. Ratio: MindSpore / torch per repeat. **PyNative**: MindSpore's default "
             "mode (what `xrand compare` runs); **graph mode**: `xrand compare --mindspore-mode graph`. "
-            "compare_frameworks: `compare_frameworks(Settings(model, steps=n), mindspore_mode=...)` with its "
-            "loaders handed the already loaded pipelines, against calling the two pipelines directly, "
+            "compare_frameworks: `compare_loaded(pair, Settings(model, steps=n, batch_size=1), mindspore_mode=...)` "
+            "on the pipelines already loaded, against calling the two pipelines directly, "
             f"interleaved, {COMPARE_REPEATS} repeats."
         ),
         columns=["model", "run", "s per step (min / med / max)", "MindSpore / torch (min / med / max)"],
