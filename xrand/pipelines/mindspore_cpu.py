@@ -4,9 +4,9 @@ Several ``mindspore.mint`` operators that mindone calls have Ascend kernels only
 they fail with "The kernel X unregistered". :func:`install` swaps each of them for the same
 math built from MindSpore operators that have CPU kernels, wherever mindone looks it up, so
 mindone's own pipelines (DDIM, Stable Diffusion) and schedulers run unchanged. ``Tensor.lerp``
-has a CPU kernel but gives NaN for a -inf start where torch gives -inf; it is replaced too. It does nothing unless MindSpore's device
-target is ``"CPU"`` (Ascend and GPU keep their own kernels); :func:`uninstall` puts every
-original object back.
+has a CPU kernel but gives NaN for a -inf start where torch gives -inf; it is replaced too.
+:func:`install` does nothing unless MindSpore's device target is ``"CPU"`` (Ascend and GPU keep
+their own kernels); :func:`uninstall` puts every original object back.
 
     from xrand.pipelines import ddim, mindspore_cpu
     mindspore_cpu.tune_cpu_runtime()                   # once per process
