@@ -54,6 +54,8 @@ class Comparison:
     seconds: Dict[str, float]
     environments: Dict[str, Dict[str, Any]]
     images: Dict[str, np.ndarray] = field(repr=False, default_factory=dict)
+    noise_floor: Optional[Dict[str, Any]] = None  # torch against itself (noise_floor.noise_floor)
+    layers: Optional[Any] = None  # a layers.LayerReport
 
     @property
     def passed(self) -> bool:
@@ -62,9 +64,21 @@ class Comparison:
     def verdict(self) -> str:
         a, b = self.frameworks
         word = "PASS" if self.passed else "FAIL"
-        return (f"{word}: {a} vs {b} after {self.settings.steps} steps, relative L2 {self.final['rel_l2']:.3g} "
+        line = (f"{word}: {a} vs {b} after {self.settings.steps} steps, relative L2 {self.final['rel_l2']:.3g} "
                 f"(tolerance {self.tolerance:g}), max |diff| {self.final['max_abs']:.3g}, "
                 f"PSNR {self.final['psnr_db']:.1f} dB")
+        if self.noise_floor is not None:
+            line += "; " + floor_ratio_text(self.final["rel_l2"], self.noise_floor["rel_l2"], a, b,
+                                            self.settings.dtype)
+        return line
+
+
+def floor_ratio_text(rel_l2: float, floor: float, a: str = "torch", b: str = "mindspore", dtype: str = "float32") -> str:
+    """'MindSpore differs from torch by 1.4x torch's own float32 floor (1.2e-06)'."""
+    names = {"torch": "torch", "mindspore": "MindSpore"}
+    a, b = names.get(a, a), names.get(b, b)
+    ratio = "an unmeasurable multiple of" if floor == 0 and rel_l2 > 0 else f"{rel_l2 / floor if floor else 0:.3g}x"
+    return f"{b} differs from {a} by {ratio} {a}'s own {dtype} floor ({floor:.3g})"
 
 
 def compare_sides(a: Side, b: Side, tolerance: Optional[float] = None,
@@ -149,10 +163,13 @@ def lockstep(torch_pipe: Any, ms_pipe: Any, settings: Settings, torch_side: Side
 
 def compare_frameworks(settings: Settings, torch_device: str = "cpu", mindspore_device: Optional[str] = None,
                        tolerance: Optional[float] = None, lockstep_mode: bool = False,
-                       quiet: bool = False, mindspore_mode: str = "pynative") -> Comparison:
+                       quiet: bool = False, mindspore_mode: str = "pynative",
+                       layers: Optional[Any] = None, noise_floor: bool = False) -> Comparison:
     """Run diffusers on torch and mindone on MindSpore from one seed and compare them.
 
-    ``mindspore_mode``: ``"pynative"`` (MindSpore's default) or ``"graph"``.
+    ``mindspore_mode``: ``"pynative"`` (MindSpore's default) or ``"graph"``. ``layers``: a
+    :class:`xrand.pipelines.layers.LayerOptions` to compare every UNet submodule at one step;
+    ``noise_floor``: also run the torch pipeline in float64 to measure torch's own floor.
     """
     from .ddim import (_mindspore_device, check_mindspore_mode, load_mindspore_pipeline, load_torch_pipeline,
                        run_pipeline)
@@ -162,8 +179,14 @@ def compare_frameworks(settings: Settings, torch_device: str = "cpu", mindspore_
     check_mindspore_mode(mindspore_mode)
     if tolerance is not None:
         check_tolerance(tolerance)
+    if layers is not None:
+        layers.check(settings.steps)
     ms_device = _mindspore_device(mindspore_device)
     torch_pipe = load_torch_pipeline(settings.model, settings.dtype, torch_device, quiet)
+    if layers is not None and layers.dump:
+        from .layers import check_module_names
+
+        check_module_names(torch_pipe.unet, layers.dump)
     ms_pipe = load_mindspore_pipeline(settings.model, settings.dtype, quiet)
     with patched():  # once for both runs: (un)patching scans every loaded module
         a = run_pipeline("torch", torch_pipe, settings, torch_device)
@@ -176,4 +199,39 @@ def compare_frameworks(settings: Settings, torch_device: str = "cpu", mindspore_
         start = time.perf_counter()
         local = lockstep(torch_pipe, ms_pipe, settings, a, mindspore_mode)
         a.environment["lockstep_seconds"] = time.perf_counter() - start
-    return compare_sides(a, b, tolerance, local)
+    comparison = compare_sides(a, b, tolerance, local)
+    if layers is not None:  # issue 11: which module parts them
+        comparison.layers = layers_at_step(torch_pipe, ms_pipe, settings, a, layers)
+    if noise_floor:  # issue 11: torch against itself
+        comparison.noise_floor = pipeline_floor(settings, torch_device, a.images)
+    return comparison
+
+
+def layers_at_step(torch_pipe: Any, ms_pipe: Any, settings: Settings, torch_side: Side, options: Any) -> Any:
+    """layers.layer_diff on the two UNets at step ``options.step``, fed torch's sample there."""
+    from .layers import layer_diff, unet_inputs
+
+    k = options.step
+    sample = torch_side.initial_noise if k == 0 else torch_side.states[k - 1]
+    timestep = torch_side.timesteps[k]
+    args, kwargs = unet_inputs(sample, np.int64(timestep))
+    return layer_diff(torch_pipe.unet, ms_pipe.unet, args, kwargs, threshold=options.threshold,
+                      dump=options.dump, dump_dir=options.dump_dir, step=k, timestep=timestep)
+
+
+def pipeline_floor(settings: Settings, torch_device: str, images: np.ndarray) -> Dict[str, Any]:
+    """noise_floor.noise_floor over the torch DDIM pipeline: ``settings.dtype`` (``images``) vs float64."""
+    import torch
+
+    from .ddim import load_torch_pipeline
+    from .noise_floor import DrawsIn, noise_floor
+
+    def run(dtype: str) -> np.ndarray:
+        pipe = load_torch_pipeline(settings.model, dtype, torch_device, quiet=True)
+        generator = DrawsIn(settings.seed, settings.stream, settings.dtype)  # the same noise, cast up
+        with patched(), torch.no_grad():
+            return pipe(batch_size=settings.batch_size, generator=generator, eta=settings.eta,
+                        num_inference_steps=settings.steps, output_type="np").images
+
+    return noise_floor(run, settings.dtype, "float64", baseline=images,
+                       what=f"the final images of the DDIM pipeline ({settings.steps} steps)")
