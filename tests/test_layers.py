@@ -120,16 +120,34 @@ def test_an_upstream_fault_does_not_make_downstream_modules_the_culprit(pipes, i
     # the fault reaches them (global error far above the threshold) ...
     assert row(report, "conv_out").rel_l2 > 10 * report.threshold
     assert row(report, "mid_block.attentions.0").rel_l2 > 10 * report.threshold
-    # ... but fed torch's inputs each of them is as close to torch as without the fault
+    # ... but fed torch's inputs each of them is as close to torch as without the fault (float32 noise,
+    # not the 1e-3 fault: MindSpore's CPU kernels are not bit-stable when other processes share the cores)
+    assert len(downstream) > 50
     for m in downstream:
-        assert m.local_rel_l2 == pytest.approx(row(clean, m.label).local_rel_l2, rel=1e-6, abs=1e-12), m.label
+        assert m.local_rel_l2 <= 2 * row(clean, m.label).local_rel_l2 + 1e-7, m.label
 
 
-def test_the_containing_blocks_are_over_but_not_blamed(pipes, inputs):
+def test_a_fault_inside_a_module_is_not_charged_to_the_modules_around_it(pipes, inputs, clean):
     report = run_with_fault(pipes, inputs, "down_blocks.1.attentions.0.to_q")
     assert report.culprit == "down_blocks.1.attentions.0.to_q"
+    # the fault reaches the attention's output as run, but its own operations, fed torch's values, are clean
+    assert row(report, "down_blocks.1.attentions.0").rel_l2 > 10 * report.threshold
     for parent in ("", "down_blocks.1", "down_blocks.1.attentions.0"):
-        assert row(report, parent).local_rel_l2 > report.threshold
+        assert row(report, parent).local_rel_l2 <= 2 * row(clean, parent).local_rel_l2 + 1e-7, parent
+
+
+def test_a_fault_in_a_modules_own_operations_between_submodules_names_that_module(pipes, inputs):
+    """Scaling to_out.0's input (what the attention's own bmm and softmax hand it) is a fault in
+    the attention block itself, not in to_out.0, whose own error stays float32 noise."""
+    torch_pipe, ms_pipe = pipes
+    to_out = dict(ms_pipe.unet.cells_and_names())["down_blocks.1.attentions.0.to_out.0"]
+    handle = to_out.register_forward_pre_hook(lambda cell, args: tuple(a * FAULT for a in args))
+    try:
+        report = layer_diff(torch_pipe.unet, ms_pipe.unet, *inputs)
+    finally:
+        handle.remove()
+    assert report.culprit == "down_blocks.1.attentions.0", report.summary()
+    assert row(report, "down_blocks.1.attentions.0").local_rel_l2 == pytest.approx(1e-3, rel=0.05)
 
 
 def test_an_explicit_layer_tolerance_replaces_the_floor(pipes, inputs):

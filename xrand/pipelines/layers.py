@@ -3,8 +3,11 @@
 :func:`layer_diff` runs a torch denoiser module and a MindSpore denoiser Cell on the same inputs.
 Forward hooks on both sides catch every submodule call, matched by qualified name
 (``down_blocks.0.resnets.0.conv1``) and call number. Per call: the global error (the outputs as
-run, everything upstream included) and the local error (the MindSpore cell fed the torch
-module's own captured inputs, so its error is its own). The culprit is the first call, in
+run, everything upstream included) and the local error: a second MindSpore pass in which every
+call, at every depth, is fed the torch call's own captured inputs and hands on the torch call's
+outputs (Cell forward hooks), so a module's local error is that of its own operations: its
+output, and the inputs its operations compute for its submodules, whatever its submodules or
+upstream do. Two MindSpore forward passes in all, not one per module. The culprit is the first call, in
 execution order, whose local relative L2 exceeds the threshold while every call nested in it
 stays within. Works for any denoiser whose submodules carry the same names on both sides
 (diffusers and mindone.diffusers models do); it knows nothing about pipelines or schedulers.
@@ -78,6 +81,7 @@ class LayerReport:
     seconds: float = 0.0
     dumped: List[str] = field(default_factory=list)
     rule: str = "local_rel_l2 > threshold"
+    use_floors: bool = False  # each call's limit is at least LAYER_FLOOR_MULTIPLE x its own torch floor
 
     def to_dict(self) -> Dict[str, Any]:
         return {"step": self.step, "timestep": self.timestep, "threshold": self.threshold, "culprit": self.culprit,
@@ -94,8 +98,10 @@ class LayerReport:
             return (f"layers {where}: no culprit, every one of {len(self.modules)} module calls within "
                     f"{self.threshold:.3g}{tail}")
         m = next(m for m in self.modules if m.label == self.culprit)
+        limit = module_limit(m, self.threshold, self.use_floors)
+        why = f" ({LAYER_FLOOR_MULTIPLE:g}x torch's own float32-vs-float64 error there)" if limit > self.threshold else ""
         return (f"layers {where}: MindSpore parts from torch at {self.culprit} ({m.type}), local relative L2 "
-                f"{m.local_rel_l2:.3g} > {self.threshold:.3g}, its submodules within")
+                f"{m.local_rel_l2:.3g} > {limit:.3g}{why}, its submodules within")
 
 
 def module_limit(m: ModuleDiff, threshold: float, use_floors: bool) -> float:
@@ -242,6 +248,31 @@ def _ms_arrays(value: Any) -> List[np.ndarray]:
     return [t.float().asnumpy() if t.dtype == ms.bfloat16 else t.asnumpy() for t in flatten(value, ms.Tensor)]
 
 
+def _captured_arrays(value: Any) -> List[np.ndarray]:
+    """The arrays in a captured input, in the order :func:`flatten` walks MindSpore's."""
+    if isinstance(value, Captured):
+        return [value.array]
+    if isinstance(value, Mapping):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        return [x for v in value for x in _captured_arrays(v)]
+    return []
+
+
+def _replace_tensors(value: Any, arrays) -> Any:
+    """``value`` (a MindSpore output) with each tensor replaced by the next array, in its dtype."""
+    import mindspore as ms
+
+    if isinstance(value, ms.Tensor):
+        return ms.tensor(next(arrays), dtype=value.dtype)
+    if isinstance(value, Mapping):
+        replaced = {k: _replace_tensors(v, arrays) for k, v in value.items()}
+        return type(value)(**replaced) if type(value) is not dict else replaced
+    if isinstance(value, (list, tuple)):
+        return type(value)(_replace_tensors(v, arrays) for v in value)
+    return value
+
+
 def _errors(reference: List[np.ndarray], other: List[np.ndarray]) -> Optional[Dict[str, float]]:
     """rel_l2 and max_abs over all tensors of an output; None when the outputs' structures differ."""
     if len(reference) != len(other) or any(a.shape != b.shape for a, b in zip(reference, other)):
@@ -302,6 +333,8 @@ class _Call:
     outputs: List[np.ndarray] = field(default_factory=list)
     nested: int = 0
     ms_global: Optional[Dict[str, float]] = None
+    ms_local: Optional[Dict[str, float]] = None
+    ms_local_inputs: float = 0.0  # largest error in the inputs this call's own operations gave its submodules
 
 
 def layer_diff(torch_module: Any, ms_cell: Any, args: Sequence[Any], kwargs: Optional[Mapping[str, Any]] = None, *,
@@ -314,8 +347,8 @@ def layer_diff(torch_module: Any, ms_cell: Any, args: Sequence[Any], kwargs: Opt
     for both sides (floating arrays are cast to each side's parameter dtype), e.g.
     ``(sample, np.array(timestep))`` for a UNet2DModel, plus ``encoder_hidden_states`` for a
     UNet2DConditionModel. ``threshold``: the layer threshold, a plain limit on every local
-    error; None measures torch's own noise floor on this call (a float64 copy of the module,
-    per submodule call) and judges each call by :data:`LAYER_FLOOR_MULTIPLE` times the larger
+    error; None measures torch's own noise floor on this call (the module run once more in
+    float64, per submodule call) and judges each call by :data:`LAYER_FLOOR_MULTIPLE` times the larger
     of the denoiser's floor and its own (:func:`find_culprit`). ``dump``: module
     names whose input and output tensors go to ``dump_dir`` as safetensors (both sides).
     ``step``/``timestep`` are only recorded. MindSpore runs in PyNative mode here (Cell hooks).
@@ -408,23 +441,57 @@ def layer_diff(torch_module: Any, ms_cell: Any, args: Sequence[Any], kwargs: Opt
         for h in ms_handles:
             h.remove()
 
-    # 3. MindSpore fed torch's inputs, one call at a time: local error.
+    # 3. MindSpore once more, every call fed the torch call's inputs and handing on the torch call's
+    # outputs: a call's local error is its own operations' (its output, and the inputs its own
+    # operations computed for its submodules).
+    local_counts: Dict[str, int] = {}
+    local_stack: List[Optional[_Call]] = []
+
+    def local_pre(cell, a, kw, name):
+        k = local_counts.get(name, 0)
+        local_counts[name] = k + 1
+        c = index.get((name, k))
+        parent = next((p for p in reversed(local_stack) if p is not None), None)
+        local_stack.append(c)
+        if c is None or not (_convertible(c.args) and _convertible(c.kwargs)):
+            return None
+        if parent is not None:  # what the parent's own operations made of torch's values
+            made = _errors(_captured_arrays((c.args, c.kwargs)), _ms_arrays((list(a), dict(kw))))
+            if made is not None and made["rel_l2"] > parent.ms_local_inputs:
+                parent.ms_local_inputs = made["rel_l2"]
+        return tuple(to_mindspore(list(c.args))), to_mindspore(dict(c.kwargs))
+
+    def local_post(cell, a, kw, output, name):
+        c = local_stack.pop()
+        if c is None:
+            return None
+        outputs = _ms_arrays(output)
+        c.ms_local = _errors(c.outputs, outputs)
+        if name in dump_set:
+            dumps.setdefault(name, []).extend((f"call{c.call}.local_output.{i}", o) for i, o in enumerate(outputs))
+        if c.ms_local is None or not local_stack:
+            return None
+        return _replace_tensors(output, iter(c.outputs))  # hand on torch's outputs
+
+    ms_handles = []
+    for name, cell in cells.items():
+        ms_handles.append(cell.register_forward_pre_hook(
+            lambda cell, a, kw, name=name: local_pre(cell, a, kw, name), with_kwargs=True))
+        ms_handles.append(cell.register_forward_hook(
+            lambda cell, a, kw, out, name=name: local_post(cell, a, kw, out, name), with_kwargs=True))
+    try:
+        with mindspore_mode("pynative"):
+            ms_cell(*to_mindspore(list(args), ms_dtype), **to_mindspore(kwargs, ms_dtype))
+    finally:
+        for h in ms_handles:
+            h.remove()
     rows = []
-    with mindspore_mode("pynative"):
-        for c in calls:
-            cell = cells.get(c.name)
-            local = None
-            if cell is not None and _convertible(c.args) and _convertible(c.kwargs):
-                if not c.name:  # the denoiser itself: its inputs are the same on both sides already
-                    local = c.ms_global
-                else:
-                    out = _ms_arrays(cell(*to_mindspore(c.args), **to_mindspore(c.kwargs)))
-                    local = _errors(c.outputs, out)
-                    if c.name in dump_set:
-                        dumps[c.name].extend((f"call{c.call}.local_output.{i}", o) for i, o in enumerate(out))
-            g = c.ms_global
-            rows.append(ModuleDiff(c.name, c.type, c.call, g and g["rel_l2"], local and local["rel_l2"],
-                                   g and g["max_abs"], c.nested))
+    for c in calls:
+        g, local = c.ms_global, c.ms_local
+        if local is not None:
+            local = dict(local, rel_l2=max(local["rel_l2"], c.ms_local_inputs))
+        rows.append(ModuleDiff(c.name, c.type, c.call, g and g["rel_l2"], local and local["rel_l2"],
+                               g and g["max_abs"], c.nested))
 
     floor_info = None
     use_floors = threshold is None
@@ -434,7 +501,7 @@ def layer_diff(torch_module: Any, ms_cell: Any, args: Sequence[Any], kwargs: Opt
             row.floor_rel_l2 = floors.get((row.name, row.call))
         root = rows[0]
         floor_info = {"rel_l2": root.floor_rel_l2,
-                      "how": f"torch {str(param.dtype).replace('torch.', '')} vs a float64 copy on one "
+                      "how": f"torch {str(param.dtype).replace('torch.', '')} vs torch float64 on one "
                              f"{type(torch_module).__name__} call, same inputs"}
         threshold = LAYER_FLOOR_MULTIPLE * (root.floor_rel_l2 or 0.0)
         if threshold == 0:  # torch came out exact: any difference is over it
@@ -462,26 +529,25 @@ def layer_diff(torch_module: Any, ms_cell: Any, args: Sequence[Any], kwargs: Opt
             else "local_rel_l2 > threshold")
     return LayerReport(threshold=threshold, modules=rows, culprit=culprit.label if culprit else None,
                        unmatched=unmatched, floor=floor_info, step=step, timestep=timestep,
-                       seconds=time.perf_counter() - start, dumped=list(dump), rule=rule)
+                       seconds=time.perf_counter() - start, dumped=list(dump), rule=rule,
+                       use_floors=use_floors)
 
 
 def _torch_floors(torch_module: Any, args: Sequence[Any], kwargs: Mapping[str, Any],
                   index: Mapping[Tuple[str, int], _Call]) -> Dict[Tuple[str, int], float]:
-    """Per call: relative L2 of torch's outputs against a float64 copy of the module run on the same inputs.
+    """Per call: relative L2 of torch's outputs against the module run in float64 on the same inputs.
 
-    The copy (the weights' memory in float64) lives only during this call; it runs under
-    :func:`xrand.pipelines.noise_floor.widened_torch`, so float32 pinned inside the model widens too.
+    The module is cast to float64 for the call and back after it (exact: every float32 value is
+    a float64 value); it runs under :func:`xrand.pipelines.noise_floor.widened_torch`, so
+    float32 pinned inside the model widens too.
     """
-    import copy
-
     import torch
 
     param = next(torch_module.parameters())
-    wide = copy.deepcopy(torch_module).to(torch.float64)
     floors: Dict[Tuple[str, int], float] = {}
     counts: Dict[str, int] = {}
     handles = []
-    for name, module in wide.named_modules():
+    for name, module in torch_module.named_modules():
         def post(module, a, output, name=name):
             k = counts.get(name, 0)
             counts[name] = k + 1
@@ -494,12 +560,21 @@ def _torch_floors(torch_module: Any, args: Sequence[Any], kwargs: Mapping[str, A
         handles.append(module.register_forward_hook(post))
     from .noise_floor import widened_torch
 
+    tensors = [t for t in list(torch_module.parameters()) + list(torch_module.buffers()) if t.is_floating_point()]
+    dtypes = [t.dtype for t in tensors]
     try:
-        with torch.no_grad(), widened_torch():
-            wide(*to_torch(list(args), param.device, torch.float64), **to_torch(dict(kwargs), param.device,
-                                                                                   torch.float64))
+        with torch.no_grad():
+            for t in tensors:  # and back below, each to its own dtype: float32 -> float64 -> float32 is exact
+                t.data = t.data.to(torch.float64)
+            with widened_torch():
+                torch_module(*to_torch(list(args), param.device, torch.float64),
+                             **to_torch(dict(kwargs), param.device, torch.float64))
     finally:
-        del wide
+        with torch.no_grad():
+            for t, dtype in zip(tensors, dtypes):
+                t.data = t.data.to(dtype)
+        for h in handles:
+            h.remove()
     return floors
 
 

@@ -170,7 +170,8 @@ def plot_layers(layers: Any, path: str) -> None:
         ax.axvline(culprit, color="red", lw=1.2)
         ax.annotate(f"culprit: {layers.culprit}", (culprit, ax.get_ylim()[1]), fontsize=8, color="red",
                     rotation=90, va="top", ha="right")
-    ticks = [i for i, r in enumerate(rows) if r.name.count(".") <= 1 and r.call == 0]
+    ticks = [i for i, r in enumerate(rows) if r.call == 0 and (
+        "." not in r.name or (r.name.count(".") == 1 and r.name.split(".")[1].isdigit()))]
     ax.set_xticks(ticks)
     ax.set_xticklabels([rows[i].name or "(denoiser)" for i in ticks], rotation=90, fontsize=6)
     ax.set_yscale("log")
