@@ -348,9 +348,10 @@ def layer_diff(torch_module: Any, ms_cell: Any, args: Sequence[Any], kwargs: Opt
     ``(sample, np.array(timestep))`` for a UNet2DModel, plus ``encoder_hidden_states`` for a
     UNet2DConditionModel. ``threshold``: the layer threshold, a plain limit on every local
     error; None measures torch's own noise floor on this call (the module run once more in
-    float64, per submodule call) and judges each call by :data:`LAYER_FLOOR_MULTIPLE` times the larger
-    of the denoiser's floor and its own (:func:`find_culprit`). ``dump``: module
-    names whose input and output tensors go to ``dump_dir`` as safetensors (both sides).
+    float64, per submodule call) and judges each call by :data:`LAYER_FLOOR_MULTIPLE` times the
+    larger of the denoiser's floor and its own (:func:`find_culprit`). ``dump``: module names
+    whose input and output tensors go to ``dump_dir`` as safetensors (both sides; MindSpore's
+    ``local_output`` too).
     ``step``/``timestep`` are only recorded. MindSpore runs in PyNative mode here (Cell hooks).
     """
     import mindspore as ms
@@ -376,10 +377,7 @@ def layer_diff(torch_module: Any, ms_cell: Any, args: Sequence[Any], kwargs: Opt
     stack: List[int] = []
     counts: Dict[str, int] = {}
     handles = []
-    torch_names = {}
     for name, module in torch_module.named_modules():
-        torch_names[id(module)] = name
-
         def pre(module, a, kw, name=name):
             k = counts.get(name, 0)
             counts[name] = k + 1
