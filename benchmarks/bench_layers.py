@@ -1,4 +1,4 @@
-"""Figure 6: what ``xrand compare --layers`` costs, against one lockstep step of the same model.
+"""Figure 7: what ``xrand compare --layers`` costs, against one lockstep step of the same model.
 
     python benchmarks/bench_layers.py [--repeats 5]
 
@@ -36,25 +36,28 @@ def child(model: str, repeats: int, profile: bool) -> dict:
         import mindspore  # noqa: F401
         import torch
 
-    from xrand.pipelines import ddim
-    from xrand.pipelines.compare import layers_at_step, lockstep
+    from xrand.pipelines.compare import layers_at_step, load_pair, lockstep
     from xrand.pipelines.layers import LayerOptions
+    from xrand.pipelines.settings import Settings
+    from xrand.pipelines.sides import run
 
-    torch_pipe = ddim.load_torch_pipeline(model, quiet=True)
-    ms_pipe = ddim.load_mindspore_pipeline(model, quiet=True)
-    probe = ddim.Settings(model=model, steps=20)
-    side = ddim.run_pipeline("torch", torch_pipe, probe)
-    lockstep(torch_pipe, ms_pipe, ddim.Settings(model=model, steps=1), side)  # warm-up
+    def settings_of(steps):
+        return Settings(model=model, steps=steps, batch_size=1)
+
+    pair = load_pair(settings_of(1), quiet=True)
+    side = run(pair.torch, settings_of(1))
+    lockstep(pair, settings_of(1), side)  # warm-up
+    side = run(pair.torch, settings_of(2))
     start = time.perf_counter()
-    lockstep(torch_pipe, ms_pipe, ddim.Settings(model=model, steps=2), side)
+    lockstep(pair, settings_of(2), side)
     k = max(1, min(20, round(LOCKSTEP_SECONDS / ((time.perf_counter() - start) / 2))))
-    settings = ddim.Settings(model=model, steps=k)
-    side = ddim.run_pipeline("torch", torch_pipe, settings)
+    settings = settings_of(k)
+    side = run(pair.torch, settings)
 
     methods = {
-        "lockstep step": lambda: lockstep(torch_pipe, ms_pipe, settings, side),
-        "layers": lambda: layers_at_step(torch_pipe, ms_pipe, settings, side, LayerOptions(step=0)),
-        "layers, --layer-tolerance": lambda: layers_at_step(torch_pipe, ms_pipe, settings, side,
+        "lockstep step": lambda: lockstep(pair, settings, side),
+        "layers": lambda: layers_at_step(pair, settings, side, LayerOptions(step=0)),
+        "layers, --layer-tolerance": lambda: layers_at_step(pair, settings, side,
                                                             LayerOptions(step=0, threshold=1e-4)),
     }
     per = {"lockstep step": k, "layers": 1, "layers, --layer-tolerance": 1}
@@ -87,13 +90,13 @@ def _child_main(argv) -> None:
 
 def run(repeats: int = 5) -> Section:
     section = Section(
-        title="6. The cost of compare --layers, against one lockstep step",
+        title="7. The cost of compare --layers, against one lockstep step",
         method=(
             "Seconds per call, batch 1, fp32, MindSpore in PyNative, both pipelines loaded in one fresh process by "
-            "`xrand.pipelines.ddim`'s loaders. **lockstep step**: `compare.lockstep` over k steps (both UNets and "
+            "`compare.load_pair`, as `xrand compare` loads them. **lockstep step**: `compare.lockstep` over k steps (both UNets and "
             f"schedulers fed torch's sample; k chosen so a call lasts about {LOCKSTEP_SECONDS:.0f} s) divided by k. "
-            "**layers**: `compare.layers_at_step` at step 0, what `--layers` adds to a comparison (a hooked torch "
-            "pass, MindSpore as run and MindSpore fed torch's inputs at every module, torch's float64 floor pass). "
+            "**layers**: `compare.layers_at_step` at step 0, what `--layers` adds to a comparison (the torch "
+            "recipe's denoiser call at that step, a hooked torch pass, MindSpore as run and MindSpore fed torch's inputs at every module, torch's float64 floor pass). "
             f"{repeats} repeats, interleaved, after a warm-up call each. Ratio: layers / lockstep step per repeat."
         ),
         columns=["model", "run", "s per call (min / med / max)", "ratio to a lockstep step (min / med / max)"],

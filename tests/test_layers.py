@@ -19,11 +19,11 @@ pytest.importorskip("mindone.diffusers")
 from test_pipelines import make_tiny_model  # noqa: E402
 from xrand.checks import UsageError  # noqa: E402
 from xrand.cli import main  # noqa: E402
-from xrand.pipelines import ddim  # noqa: E402
-from xrand.pipelines.compare import compare_frameworks  # noqa: E402
+from xrand.pipelines.compare import compare_frameworks, compare_loaded, load_pair  # noqa: E402
 from xrand.pipelines.layers import (LAYER_FLOOR_MULTIPLE, LayerOptions, check_dump_dir, layer_diff,  # noqa: E402
                                     module_limit, unet_inputs)
 from xrand.pipelines.noise_floor import DrawsIn, noise_floor  # noqa: E402
+from xrand.pipelines.settings import Settings  # noqa: E402
 
 FAULT = 1 + 1e-3
 
@@ -34,8 +34,13 @@ def tiny_model(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def pipes(tiny_model):
-    return ddim.load_torch_pipeline(tiny_model, quiet=True), ddim.load_mindspore_pipeline(tiny_model, quiet=True)
+def pair(tiny_model):
+    return load_pair(Settings(model=tiny_model, batch_size=1), quiet=True)
+
+
+@pytest.fixture(scope="module")
+def pipes(pair):
+    return pair.torch.pipe, pair.mindspore.pipe
 
 
 @pytest.fixture(scope="module")
@@ -246,11 +251,11 @@ def test_the_float64_run_sees_the_float32_runs_noise():
 
 
 # -- compare end to end ------------------------------------------------------------------------------------------
-def test_compare_with_layers_and_noise_floor_writes_report_and_picture(tiny_model, tmp_path):
+def test_compare_with_layers_and_noise_floor_writes_report_and_picture(pair, tiny_model, tmp_path):
     from xrand.pipelines.report import write_report
 
-    settings = ddim.Settings(model=tiny_model, steps=2, seed=1, batch_size=1)
-    c = compare_frameworks(settings, quiet=True, layers=LayerOptions(step=1), noise_floor=True)
+    settings = Settings(model=tiny_model, steps=2, seed=1, batch_size=1)
+    c = compare_loaded(pair, settings, layers=LayerOptions(step=1), noise_floor=True)
     paths = write_report(c, str(tmp_path / "out"))
     report = json.load(open(paths["report.json"]))
     layers = report["layers"]
@@ -280,3 +285,4 @@ def test_large_timestep_names_mindspores_timestep_embedding(tmp_path, capsys):
     time_proj = report["layers"]["modules"][1]
     assert time_proj["name"] == "time_proj"
     assert time_proj["local_rel_l2"] > LAYER_FLOOR_MULTIPLE * time_proj["floor_rel_l2"] > 0
+

@@ -357,7 +357,7 @@ def layer_diff(torch_module: Any, ms_cell: Any, args: Sequence[Any], kwargs: Opt
     import mindspore as ms
     import torch
 
-    from .ddim import mindspore_mode
+    from .frameworks import mindspore_mode
 
     if threshold is not None:
         threshold = check_threshold(threshold)
@@ -536,8 +536,8 @@ def _torch_floors(torch_module: Any, args: Sequence[Any], kwargs: Mapping[str, A
     """Per call: relative L2 of torch's outputs against the module run in float64 on the same inputs.
 
     The module is cast to float64 for the call and back after it (exact: every float32 value is
-    a float64 value); it runs under :func:`xrand.pipelines.noise_floor.widened_torch`, so
-    float32 pinned inside the model widens too.
+    a float64 value) by :func:`xrand.pipelines.noise_floor.widened`, under which float32 pinned
+    inside the model (and the captured inputs' float32) widens too.
     """
     import torch
 
@@ -556,21 +556,13 @@ def _torch_floors(torch_module: Any, args: Sequence[Any], kwargs: Mapping[str, A
                     floors[(name, k)] = err["rel_l2"]
 
         handles.append(module.register_forward_hook(post))
-    from .noise_floor import widened_torch
+    from .noise_floor import widened
 
-    tensors = [t for t in list(torch_module.parameters()) + list(torch_module.buffers()) if t.is_floating_point()]
-    dtypes = [t.dtype for t in tensors]
     try:
-        with torch.no_grad():
-            for t in tensors:  # and back below, each to its own dtype: float32 -> float64 -> float32 is exact
-                t.data = t.data.to(torch.float64)
-            with widened_torch():
-                torch_module(*to_torch(list(args), param.device, torch.float64),
-                             **to_torch(dict(kwargs), param.device, torch.float64))
+        with torch.no_grad(), widened([torch_module]):  # float64 throughout, cast back after
+            torch_module(*to_torch(list(args), param.device, torch.float64),
+                         **to_torch(dict(kwargs), param.device, torch.float64))
     finally:
-        with torch.no_grad():
-            for t, dtype in zip(tensors, dtypes):
-                t.data = t.data.to(dtype)
         for h in handles:
             h.remove()
     return floors
@@ -582,6 +574,13 @@ def _ms_leaf(v: Any) -> Any:
     if isinstance(v, ms.Tensor):
         return v.float().asnumpy() if v.dtype == ms.bfloat16 else v.asnumpy()
     return v
+
+
+def capture_call(args: Sequence[Any], kwargs: Mapping[str, Any]) -> Tuple[list, dict]:
+    """A torch denoiser call's ``(args, kwargs)`` for :func:`layer_diff`: every tensor as a NumPy
+    copy that keeps its dtype (so both sides get the very tensors the pipeline built), the rest as is."""
+    capture = _TorchCapture()
+    return list(capture.tree(list(args))), dict(capture.tree(dict(kwargs)))
 
 
 def unet_inputs(sample: np.ndarray, timestep: Any, encoder_hidden_states: Optional[np.ndarray] = None,
@@ -602,11 +601,14 @@ class LayerOptions:
     dump: Sequence[str] = ()
     dump_dir: Optional[str] = None
 
-    def check(self, steps: int) -> "LayerOptions":
-        """UsageError naming the value for a step outside ``range(steps)`` or a bad threshold or folder."""
+    def check(self, steps: Optional[int] = None) -> "LayerOptions":
+        """UsageError naming the value for a step outside ``range(steps)`` (the run's scheduler
+        steps; None: only a negative step) or a bad threshold or folder."""
         if isinstance(self.step, bool) or not isinstance(self.step, int):
             raise UsageTypeError(f"--layers-step must be an integer, got {self.step!r}")
-        if not 0 <= self.step < steps:
+        if self.step < 0 and steps is None:
+            raise UsageError(f"--layers-step {self.step} is outside the schedule; accepted: 0 or more")
+        if steps is not None and not 0 <= self.step < steps:
             raise UsageError(f"--layers-step {self.step} is outside the schedule; accepted: 0 to {steps - 1} "
                              f"(the run has {steps} steps)")
         if self.threshold is not None:
