@@ -286,3 +286,80 @@ def test_large_timestep_names_mindspores_timestep_embedding(tmp_path, capsys):
     assert time_proj["name"] == "time_proj"
     assert time_proj["local_rel_l2"] > LAYER_FLOOR_MULTIPLE * time_proj["floor_rel_l2"] > 0
 
+
+def test_layers_step_counts_the_schedulers_steps(pair, tiny_model):
+    """Heun calls the denoiser twice per step but the last: 2 steps are 3 scheduler steps, and step 2
+    is the third call, fed torch's sample there."""
+    settings = Settings(model=tiny_model, steps=2, seed=1, batch_size=1, scheduler="heun")
+    c = compare_loaded(pair, settings, layers=LayerOptions(step=2, threshold=1e-4))
+    assert len(c.timesteps) == 3 and c.layers.step == 2
+    assert c.layers.timestep == pytest.approx(c.timesteps[2])
+    assert c.layers.culprit is None, c.layers.summary()
+    with pytest.raises(UsageError, match=r"--layers-step 3 is outside the schedule; accepted: 0 to 2"):
+        compare_loaded(pair, settings, layers=LayerOptions(step=3))
+
+
+# -- any pipeline and scheduler: the tiny Stable Diffusion, with guidance and an ancestral sampler ----------------
+SD_PROMPT = dict(prompt="a red circle", negative_prompt="blue")
+
+
+@pytest.fixture(scope="module")
+def sd_pair(tmp_path_factory):
+    from xrand.models.tiny_sd import build_tiny_sd
+
+    model = str(build_tiny_sd(tmp_path_factory.mktemp("sd") / "model", seed=0))
+    return load_pair(Settings(model=model, steps=2, batch_size=1, **SD_PROMPT), quiet=True)
+
+
+@pytest.fixture(scope="module")
+def sd_settings(sd_pair):
+    return Settings(model=sd_pair.torch.model, steps=2, seed=1, batch_size=1, scheduler="euler-a",
+                    guidance_scale=7.5, **SD_PROMPT)
+
+
+@pytest.fixture(scope="module")
+def sd_torch_side(sd_pair, sd_settings):
+    from xrand.pipelines.sides import run
+
+    return run(sd_pair.torch, sd_settings)
+
+
+@pytest.fixture(scope="module")
+def sd_clean(sd_pair, sd_settings, tmp_path_factory):
+    dump = str(tmp_path_factory.mktemp("sd-dump"))
+    return compare_loaded(sd_pair, sd_settings, noise_floor=True,
+                          layers=LayerOptions(step=1, dump=["conv_in"], dump_dir=dump)), dump
+
+
+def test_stable_diffusion_with_euler_ancestral_compares_the_guided_unet_call(sd_clean, sd_settings):
+    from safetensors.numpy import load_file
+
+    c, dump = sd_clean
+    layers = c.layers
+    assert c.ran["a"]["scheduler"] == "EulerAncestralDiscreteScheduler" and c.passed
+    assert layers.culprit is None, layers.summary()
+    assert layers.modules[0].type == "UNet2DConditionModel" and layers.unmatched == {"torch": [], "mindspore": []}
+    assert layers.step == 1 and layers.timestep == pytest.approx(c.timesteps[1])
+    labels = {m.label for m in layers.modules}
+    assert "down_blocks.1.attentions.0.transformer_blocks.0.attn2.to_k" in labels  # cross-attention ran
+    # the call the recipe builds: the latents through scale_model_input, doubled for guidance
+    conv_in = load_file(f"{dump}/conv_in.torch.safetensors")["call0.input.0"]
+    assert conv_in.shape == (2, 4, 16, 16)
+    np.testing.assert_array_equal(conv_in[0], conv_in[1])
+    # the noise floor ran the same pipeline and scheduler in float64
+    assert 0 < c.noise_floor["rel_l2"] < 1e-4
+    assert "StableDiffusionPipeline with EulerAncestralDiscreteScheduler" in c.noise_floor["how"]
+
+
+def test_a_fault_in_one_stable_diffusion_unet_module_names_exactly_that_module(sd_pair, sd_settings, sd_torch_side):
+    from xrand.pipelines.compare import layers_at_step
+
+    fault = "down_blocks.1.attentions.0.transformer_blocks.0.attn2.to_k"  # cross-attention on the prompt embeddings
+    cell = dict(sd_pair.mindspore.pipe.unet.cells_and_names())[fault]
+    handle = cell.register_forward_hook(lambda cell, args, output: output * FAULT)
+    try:
+        report = layers_at_step(sd_pair, sd_settings, sd_torch_side, LayerOptions(step=1))
+    finally:
+        handle.remove()
+    assert report.culprit == fault, report.summary()
+    assert row(report, fault).local_rel_l2 == pytest.approx(1e-3, rel=0.05)
