@@ -222,6 +222,7 @@ def test_cli_bad_layers_input_is_one_line_and_exit_2(tiny_model, tmp_path, capsy
         (["--layers", "--layers-dump", str(blocker / "d"), "--layers-module", "conv_in"],
          f"--layers-dump folder '{blocker}/d' cannot be written"),
         (["--layers-step", "1"], "--layers-step needs --layers"),
+        (["--layers", "--scheduler", "all"], "--layers cannot be combined with --scheduler all"),
     ]
     for extra, message in cases:
         code = main(["compare", "--model", tiny_model, "--steps", "2", "--batch-size", "1", "--quiet",

@@ -130,6 +130,8 @@ def _compare_matrix(args, out_dir: str) -> int:
 
     if args.scheduler_option:
         raise UsageError("--scheduler-option cannot be combined with --scheduler all (each row has its own options)")
+    if args.layers or _layer_options(args) is not None:
+        raise UsageError("--layers cannot be combined with --scheduler all; give one scheduler with --scheduler NAME")
     devices = _devices(args.device)
     settings = _settings(args, scheduler=None)
     _say(args, f"xrand: every shared scheduler on {settings.model}, diffusers (torch) vs mindone.diffusers "
