@@ -9,6 +9,7 @@ Figures (one file each, also runnable alone):
   4 bench_import.py        `import xrand` time beyond NumPy, and what it imports
   5 bench_ddim.py          DDIM seconds per step, torch vs MindSpore, compare_frameworks overhead
   6 bench_sd.py            tiny Stable Diffusion seconds per step, torch vs MindSpore, compare overhead
+  7 bench_layers.py        compare --layers against one lockstep step of the same model
 
 About 5 minutes on 2 cores. Timings interleave the compared calls; each figure records how
 much CPU other processes took meanwhile, so a shared machine shows in the results. With
@@ -37,6 +38,7 @@ FIGURES = {
     4: ("bench_import", {}),
     5: ("bench_ddim", {}),
     6: ("bench_sd", {}),
+    7: ("bench_layers", {}),
 }
 
 

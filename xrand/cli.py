@@ -82,6 +82,8 @@ def cmd_compare(args) -> int:
         a, b = (load_side(path) for path in args.files)
         if args.lockstep:
             raise UsageError("--lockstep needs both frameworks in one process; it cannot work from side files")
+        if args.layers:
+            raise UsageError("--layers needs both frameworks in one process; it cannot work from side files")
         comparison = compare_sides(a, b, args.tolerance)
     elif (args.scheduler or "").lower() == "all":
         return _compare_matrix(args, out_dir)
@@ -93,14 +95,33 @@ def cmd_compare(args) -> int:
         comparison = compare_frameworks(settings, torch_device=devices.get("torch", "cpu"),
                                         mindspore_device=devices.get("mindspore"), tolerance=args.tolerance,
                                         lockstep_mode=args.lockstep, quiet=args.quiet,
-                                        mindspore_mode=args.mindspore_mode)
+                                        mindspore_mode=args.mindspore_mode, layers=_layer_options(args),
+                                        noise_floor=not args.no_noise_floor)
     paths = write_report(comparison, out_dir)
     if args.quiet:
         print(json.dumps({"verdict": "pass" if comparison.passed else "fail", "out": out_dir}))
     else:
         print(comparison.verdict())
+        if comparison.layers is not None:
+            print(comparison.layers.summary())
         print(f"xrand: report and pictures in {out_dir}/ ({', '.join(os.path.basename(p) for p in paths.values())})")
     return 0 if comparison.passed else 1
+
+
+def _layer_options(args):
+    """compare --layers and its companions as a LayerOptions (None without --layers)."""
+    from .pipelines.layers import LayerOptions
+
+    names = [n for value in args.layers_module or [] for n in value.split(",") if n]
+    if not args.layers:
+        given = [flag for flag, value in (("--layers-step", args.layers_step), ("--layer-tolerance",
+                 args.layer_tolerance), ("--layers-dump", args.layers_dump), ("--layers-module", names or None))
+                 if value is not None]
+        if given:
+            raise UsageError(f"{given[0]} needs --layers")
+        return None
+    return LayerOptions(step=0 if args.layers_step is None else args.layers_step, threshold=args.layer_tolerance,
+                        dump=names, dump_dir=args.layers_dump)
 
 
 def _compare_matrix(args, out_dir: str) -> int:
@@ -109,6 +130,8 @@ def _compare_matrix(args, out_dir: str) -> int:
 
     if args.scheduler_option:
         raise UsageError("--scheduler-option cannot be combined with --scheduler all (each row has its own options)")
+    if args.layers or _layer_options(args) is not None:
+        raise UsageError("--layers cannot be combined with --scheduler all; give one scheduler with --scheduler NAME")
     devices = _devices(args.device)
     settings = _settings(args, scheduler=None)
     _say(args, f"xrand: every shared scheduler on {settings.model}, diffusers (torch) vs mindone.diffusers "
@@ -247,6 +270,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tolerance", type=float, help="relative L2 limit for PASS (default 5e-3 fp32, 5e-2 fp16)")
     p.add_argument("--out", help="output folder (default: xrand-compare-DATE-TIME)")
     p.add_argument("--lockstep", action="store_true", help="also feed both UNets the same input at each step")
+    p.add_argument("--no-noise-floor", action="store_true",
+                   help="skip measuring torch's own floor (the torch pipeline again in float64)")
+    p.add_argument("--layers", action="store_true",
+                   help="compare every UNet submodule at one step and name the first that parts them")
+    p.add_argument("--layers-step", type=int, metavar="K", help="the step --layers looks at (default 0)")
+    p.add_argument("--layer-tolerance", type=float, metavar="X",
+                   help="local relative L2 limit per module (default: 10x torch's measured float64 floor)")
+    p.add_argument("--layers-dump", metavar="DIR", help="write the named modules' input and output tensors here")
+    p.add_argument("--layers-module", action="append", metavar="NAME",
+                   help="a module to dump, e.g. down_blocks.0.resnets.0.conv1 (repeatable or comma-separated)")
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("run", help="run one framework's side and save it for 'xrand compare A B'")

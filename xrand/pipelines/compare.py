@@ -58,6 +58,8 @@ class Comparison:
     environments: Dict[str, Dict[str, Any]]
     images: Dict[str, np.ndarray] = field(repr=False, default_factory=dict)
     ran: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+    noise_floor: Optional[Dict[str, Any]] = None  # torch against itself (noise_floor.noise_floor)
+    layers: Optional[Any] = None  # a layers.LayerReport
 
     @property
     def passed(self) -> bool:
@@ -66,9 +68,21 @@ class Comparison:
     def verdict(self) -> str:
         a, b = self.frameworks
         word = "PASS" if self.passed else "FAIL"
-        return (f"{word}: {a} vs {b} after {self.settings.steps} steps, relative L2 {self.final['rel_l2']:.3g} "
+        line = (f"{word}: {a} vs {b} after {self.settings.steps} steps, relative L2 {self.final['rel_l2']:.3g} "
                 f"(tolerance {self.tolerance:g}), max |diff| {self.final['max_abs']:.3g}, "
                 f"PSNR {self.final['psnr_db']:.1f} dB")
+        if self.noise_floor is not None:
+            line += "; " + floor_ratio_text(self.final["rel_l2"], self.noise_floor["rel_l2"], a, b,
+                                            self.settings.dtype)
+        return line
+
+
+def floor_ratio_text(rel_l2: float, floor: float, a: str = "torch", b: str = "mindspore", dtype: str = "float32") -> str:
+    """'MindSpore differs from torch by 1.4x torch's own float32 floor (1.2e-06)'."""
+    names = {"torch": "torch", "mindspore": "MindSpore"}
+    a, b = names.get(a, a), names.get(b, b)
+    ratio = "an unmeasurable multiple of" if floor == 0 and rel_l2 > 0 else f"{rel_l2 / floor if floor else 0:.3g}x"
+    return f"{b} differs from {a} by {ratio} {a}'s own {dtype} floor ({floor:.3g})"
 
 
 def compare_sides(a: Side, b: Side, tolerance: Optional[float] = None,
@@ -172,7 +186,7 @@ def lockstep_side(loaded: Loaded, settings: Settings, inputs: List[np.ndarray], 
             args, kwargs = recipe.unet_inputs(fw, pipe, model_input, t, cond, settings)
             if hook is not None:
                 hook(i, t, args, kwargs)
-            output = recipe.guide(fw, pipe.unet(*args, **kwargs)[0], settings)
+            output = recipe.guide(fw, recipe.denoiser(pipe)(*args, **kwargs)[0], settings)
             step_kwargs = step_arguments(scheduler, generator, settings, loaded.step_options, timesteps, i)
             nxt = scheduler.step(output, t, sample, **step_kwargs, return_dict=False)[0]
             rows.append({"timestep": float(t), "model_output": fw.to_numpy(output), "sample": fw.to_numpy(nxt)})
@@ -189,13 +203,25 @@ def lockstep(pair: Pair, settings: Settings, torch_side: Side, mode: str = "pyna
 
 
 def compare_loaded(pair: Pair, settings: Settings, tolerance: Optional[float] = None, lockstep_mode: bool = False,
-                   mindspore_mode: str = "pynative") -> Comparison:
-    """One comparison (a sweep's cell) on pipelines already loaded by :func:`load_pair`."""
+                   mindspore_mode: str = "pynative", layers: Optional[Any] = None,
+                   noise_floor: bool = False) -> Comparison:
+    """One comparison (a sweep's cell) on pipelines already loaded by :func:`load_pair`.
+
+    ``layers``: a :class:`.layers.LayerOptions`, to compare every submodule of the two
+    denoisers at one step (:func:`layers_at_step`); ``noise_floor``: also run the torch side in
+    float64 to measure torch's own floor (:func:`pipeline_floor`).
+    """
     from .environment import fingerprint
 
     check_mindspore_mode(mindspore_mode)
     if tolerance is not None:
         check_tolerance(tolerance)
+    if layers is not None:  # before any run: the step against the schedule, the dump's module names
+        from .layers import check_module_names
+
+        layers.check(schedule_length(pair.torch, settings))
+        if layers.dump:
+            check_module_names(pair.torch.recipe.denoiser(pair.torch.pipe), layers.dump)
     with patched():  # once for both runs: (un)patching scans every loaded module
         a = run(pair.torch, settings)
         b = run(pair.mindspore, settings, mindspore_mode)
@@ -207,18 +233,90 @@ def compare_loaded(pair: Pair, settings: Settings, tolerance: Optional[float] = 
             start = time.perf_counter()
             local = lockstep(pair, settings, a, mindspore_mode)
             a.environment["lockstep_seconds"] = time.perf_counter() - start
-    return compare_sides(a, b, tolerance, local)
+        comparison = compare_sides(a, b, tolerance, local)
+        if layers is not None:  # which module parts them
+            comparison.layers = layers_at_step(pair, settings, a, layers)
+        if noise_floor:  # torch against itself
+            comparison.noise_floor = pipeline_floor(pair.torch, settings, a.images)
+    return comparison
 
 
 def compare_frameworks(settings: Settings, torch_device: str = "cpu", mindspore_device: Optional[str] = None,
                        tolerance: Optional[float] = None, lockstep_mode: bool = False,
-                       quiet: bool = False, mindspore_mode: str = "pynative") -> Comparison:
+                       quiet: bool = False, mindspore_mode: str = "pynative",
+                       layers: Optional[Any] = None, noise_floor: bool = False) -> Comparison:
     """Run diffusers on torch and mindone on MindSpore from one seed and compare them.
 
-    ``mindspore_mode``: ``"pynative"`` (MindSpore's default) or ``"graph"``.
+    ``mindspore_mode``: ``"pynative"`` (MindSpore's default) or ``"graph"``. ``layers`` and
+    ``noise_floor``: as :func:`compare_loaded`.
     """
     check_mindspore_mode(mindspore_mode)
     if tolerance is not None:
         check_tolerance(tolerance)
+    if layers is not None:
+        layers.check()  # what needs no model (the step's range is checked once the scheduler is built)
     pair = load_pair(settings, torch_device, mindspore_device, quiet)
-    return compare_loaded(pair, settings, tolerance, lockstep_mode, mindspore_mode)
+    return compare_loaded(pair, settings, tolerance, lockstep_mode, mindspore_mode, layers, noise_floor)
+
+
+def schedule_length(loaded: Loaded, settings: Settings) -> int:
+    """How many scheduler steps (denoiser calls) a run of ``settings`` makes: ``settings.steps``,
+    or more for a second-order scheduler (Heun, KDPM2 repeat timesteps)."""
+    loaded.use_scheduler(settings)
+    with loaded.context():
+        loaded.pipe.scheduler.set_timesteps(settings.steps)
+        return len(loaded.pipe.scheduler.timesteps)
+
+
+class _Reached(Exception):
+    """Stops the torch lockstep loop once the denoiser call of the layer step is captured."""
+
+
+def layers_at_step(pair: Pair, settings: Settings, torch_side: Side, options: Any) -> Any:
+    """:func:`.layers.layer_diff` on the two sides' denoisers at step ``options.step``.
+
+    The inputs are the call torch's recipe makes there in lockstep (:func:`lockstep_side`):
+    torch's sample at that step through ``scale_model_input``, the timestep, and whatever the
+    recipe adds (Stable Diffusion: the prompt embeddings and the batch doubled for guidance).
+    Both denoisers get exactly these tensors, in their dtypes.
+    """
+    from .layers import capture_call, layer_diff
+
+    k = options.step
+    inputs = [torch_side.initial_noise] + list(torch_side.states[:k])
+    found: Dict[str, Any] = {}
+
+    def hook(index, timestep, args, kwargs):
+        if index == k:
+            found["timestep"] = float(timestep)
+            found["call"] = capture_call(args, kwargs)
+            raise _Reached
+
+    try:
+        lockstep_side(pair.torch, settings, inputs, hook=hook)
+    except _Reached:
+        pass
+    if "call" not in found:
+        raise RuntimeError(f"the torch side made no denoiser call at step {k}")
+    args, kwargs = found["call"]
+    with pair.torch.context(), pair.mindspore.context():
+        return layer_diff(pair.torch.recipe.denoiser(pair.torch.pipe),
+                          pair.mindspore.recipe.denoiser(pair.mindspore.pipe), args, kwargs,
+                          threshold=options.threshold, dump=options.dump, dump_dir=options.dump_dir,
+                          step=k, timestep=found["timestep"])
+
+
+def pipeline_floor(loaded: Loaded, settings: Settings, images: np.ndarray) -> Dict[str, Any]:
+    """:func:`.noise_floor.noise_floor` of a loaded torch side: its ``images`` (``settings.dtype``)
+    against the same run (:func:`.sides.run`, any recipe and scheduler) in float64, the noise
+    drawn as in ``settings.dtype`` and cast up."""
+    from .noise_floor import DrawsIn, noise_floor, widened
+
+    def run64(dtype: str) -> np.ndarray:
+        generator = DrawsIn(settings.seed, settings.stream, settings.dtype)
+        with widened(loaded.pipe.components.values()):
+            return run(loaded, settings, generator=generator).images
+
+    return noise_floor(run64, settings.dtype, "float64", baseline=images,
+                       what=f"the final images of {loaded.recipe.pipeline} with {loaded.scheduler_class} "
+                            f"({settings.steps} steps)")

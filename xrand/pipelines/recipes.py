@@ -10,7 +10,8 @@ fingerprints and side files are written once (:mod:`.sides`, :mod:`.compare`). A
   ``DDIMPipeline`` turn any scheduler into DDIM and ``DDPMPipeline`` skips ``init_noise_sigma``
   and ``scale_model_input``;
 - ``call_arguments``: the keyword arguments of the library pipeline's call;
-- ``conditioning`` / ``unet_inputs`` / ``guide``: the denoiser, for the loop and for lockstep.
+- ``denoiser`` / ``conditioning`` / ``unet_inputs`` / ``guide``: the denoiser and its call, for the
+  loop, for lockstep and for ``compare --layers``.
 
 Adding a pipeline (img2img, SDXL...) is one subclass here and one entry in ``RECIPES``.
 """
@@ -59,9 +60,13 @@ class Recipe:
         """The UNet's output -> the model output the scheduler steps with."""
         return output
 
+    def denoiser(self, pipe) -> Any:
+        """The model :meth:`unet_inputs` are for (``compare --layers`` compares its submodules)."""
+        return pipe.unet
+
     def denoise(self, fw, pipe, sample, timestep, cond, settings) -> Any:
         args, kwargs = self.unet_inputs(fw, pipe, sample, timestep, cond, settings)
-        return self.guide(fw, pipe.unet(*args, **kwargs)[0], settings)
+        return self.guide(fw, self.denoiser(pipe)(*args, **kwargs)[0], settings)
 
     def decode(self, fw, pipe, latents) -> np.ndarray:
         """Final latents -> images in [0, 1], NHWC (as the library pipeline's ``output_type="np"``)."""

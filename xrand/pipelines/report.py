@@ -1,4 +1,4 @@
-"""What a person reads: report.json, comparison.png and divergence.png, written atomically."""
+"""What a person reads: report.json, comparison.png and divergence.png (layers.png with --layers), written atomically."""
 from __future__ import annotations
 
 import json
@@ -43,6 +43,11 @@ def _json_safe(value: Any) -> Any:
 
 
 def report_dict(c: Comparison) -> Dict[str, Any]:
+    extra = {}
+    if c.noise_floor is not None:
+        extra["noise_floor"] = c.noise_floor
+    if c.layers is not None:
+        extra["layers"] = c.layers.to_dict()
     return _json_safe({
         "xrand_report": REPORT_VERSION,
         "verdict": "pass" if c.passed else "fail",
@@ -58,6 +63,7 @@ def report_dict(c: Comparison) -> Dict[str, Any]:
         ],
         "seconds": c.seconds,
         "environment": c.environments,
+        **extra,
     })
 
 
@@ -72,6 +78,10 @@ def write_report(c: Comparison, out_dir: str) -> Dict[str, str]:
         plot_comparison(c, tmp)
     with atomic_path(paths["divergence.png"]) as tmp:
         plot_divergence(c, tmp)
+    if c.layers is not None:
+        paths["layers.png"] = os.path.join(out_dir, "layers.png")
+        with atomic_path(paths["layers.png"]) as tmp:
+            plot_layers(c.layers, tmp)
     return paths
 
 
@@ -134,6 +144,41 @@ def plot_divergence(c: Comparison, path: str) -> None:
     ax.set_ylabel("difference")
     ax.set_title(f"{c.frameworks[0]} vs {c.frameworks[1]}: error per step")
     ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, format="png", dpi=100)
+    plt.close(fig)
+
+
+def plot_layers(layers: Any, path: str) -> None:
+    """Local and global relative L2 of every module call along the network, the culprit marked."""
+    plt = _pyplot()
+    rows = layers.modules
+    x = np.arange(len(rows))
+    tiny = 1e-12
+
+    def series(key):
+        return np.array([max(getattr(r, key), tiny) if getattr(r, key) is not None else np.nan for r in rows])
+
+    fig, ax = plt.subplots(figsize=(max(8, len(rows) * 0.06), 4.5))
+    ax.plot(x, series("rel_l2"), ".-", ms=3, lw=0.8, label="global: outputs as run")
+    ax.plot(x, series("local_rel_l2"), "s", ms=3, label="local: fed torch's inputs")
+    if any(r.floor_rel_l2 is not None for r in rows):
+        ax.plot(x, series("floor_rel_l2"), ":", lw=0.8, color="gray", label="torch float32 vs float64 (as run)")
+    ax.axhline(layers.threshold, color="red", lw=0.8, ls="--", label=f"threshold {layers.threshold:.3g}")
+    culprit = next((i for i, r in enumerate(rows) if r.label == layers.culprit), None)
+    if culprit is not None:
+        ax.axvline(culprit, color="red", lw=1.2)
+        ax.annotate(f"culprit: {layers.culprit}", (culprit, ax.get_ylim()[1]), fontsize=8, color="red",
+                    rotation=90, va="top", ha="right")
+    ticks = [i for i, r in enumerate(rows) if r.call == 0 and (
+        "." not in r.name or (r.name.count(".") == 1 and r.name.split(".")[1].isdigit()))]
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([rows[i].name or "(denoiser)" for i in ticks], rotation=90, fontsize=6)
+    ax.set_yscale("log")
+    ax.set_ylabel("relative L2")
+    step = f"step {layers.step}, timestep {layers.timestep}" if layers.step is not None else "one call"
+    ax.set_title(f"module calls in execution order ({step})")
+    ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, format="png", dpi=100)
     plt.close(fig)

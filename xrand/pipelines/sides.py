@@ -276,10 +276,13 @@ class _StepRecorder:
         scheduler.step = step
 
 
-def run(loaded: Loaded, settings: Settings, mode: str = "pynative") -> Side:
+def run(loaded: Loaded, settings: Settings, mode: str = "pynative",
+        generator: Optional[CountingGenerator] = None) -> Side:
     """Run a loaded pipeline from the settings' seed (with the settings' scheduler) and record it.
 
     ``mode`` is MindSpore's execution mode (``"pynative"`` or ``"graph"``); torch ignores it.
+    ``generator``: the run's noise, when it must be other than ``CountingGenerator(settings.seed,
+    stream=settings.stream)`` (the noise floor's float64 run draws as the float32 run did).
     """
     check_mindspore_mode(mode)
     if (settings.model, settings.dtype) != (loaded.model, loaded.dtype) \
@@ -290,7 +293,8 @@ def run(loaded: Loaded, settings: Settings, mode: str = "pynative") -> Side:
     loaded.use_scheduler(settings)
     schedulers.check_steps(loaded.pipe.scheduler, settings.steps)
     fw, pipe, recipe = loaded.fw, loaded.pipe, loaded.recipe
-    generator = CountingGenerator(settings.seed, stream=settings.stream)
+    if generator is None:
+        generator = CountingGenerator(settings.seed, stream=settings.stream)
     use_xrand_brownian(pipe.scheduler, generator, fw.name)  # DPMSolverSDE, CosineDPMSolverMultistep
     recorder = _StepRecorder(loaded, generator)
     library_pipeline = recipe.runs_library_pipeline(loaded.scheduler_class)
