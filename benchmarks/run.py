@@ -8,6 +8,7 @@ Figures (one file each, also runnable alone):
   3 bench_memory.py        peak memory of a 64M-value draw, per engine, fresh processes
   4 bench_import.py        `import xrand` time beyond NumPy, and what it imports
   5 bench_ddim.py          DDIM seconds per step, torch vs MindSpore, compare_frameworks overhead
+  6 bench_sweep.py         xrand sweep cells per minute, 1 and 2 local workers, Ray's overhead
 
 About 5 minutes on 2 cores. Timings interleave the compared calls; each figure records how
 much CPU other processes took meanwhile, so a shared machine shows in the results.
@@ -32,6 +33,7 @@ FIGURES = {
     3: ("bench_memory", {}),
     4: ("bench_import", {}),
     5: ("bench_ddim", {}),
+    6: ("bench_sweep", {}),
 }
 
 

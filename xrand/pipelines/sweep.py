@@ -645,10 +645,13 @@ def schedule(pool: Any, cells: List[Cell], workers: int, finished: Callable[[Dic
                         pending.appendleft(cell)
                     else:
                         finished(error_row(cell, f"{payload}, twice: not retried again"))
-                replacements += 1
-                if replacements > 2 * len(cells) + workers:
-                    raise RuntimeError(f"sweep workers keep dying ({payload})")
-                if pending and len(busy) + len(idle) < workers:
+                # A new worker loads for a while: start one only when the live ones cannot take
+                # the waiting cells at once (always when none is left).
+                alive = len(busy) + len(idle)
+                if pending and alive < workers and (alive == 0 or len(pending) > alive):
+                    replacements += 1
+                    if replacements > 2 * len(cells) + workers:
+                        raise RuntimeError(f"sweep workers keep dying ({payload})")
                     idle.append(pool.add_worker())
 
 
@@ -682,7 +685,7 @@ def quantiles(values: List[float], worse: str) -> Optional[Dict[str, float]]:
         return None
     v = np.asarray(values, dtype=np.float64)
     q = (lambda p: float(np.quantile(v, p, method="inverted_cdf"))) if worse == "higher" else \
-        (lambda p: float(np.quantile(v, 1 - p, method="inverted_cdf")))
+        (lambda p: float(np.quantile(v, round(1 - p, 12), method="inverted_cdf")))
     return {"median": q(0.5), "p90": q(0.9), "p99": q(0.99), "worst": float(v.max() if worse == "higher" else v.min())}
 
 
