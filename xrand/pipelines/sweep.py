@@ -10,6 +10,7 @@ running the same sweep again on the same folder runs only the cells that are mis
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import math
 import os
@@ -18,7 +19,7 @@ import socket
 import sys
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Deque, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, Iterable, Iterator, List, Optional, Tuple
 
 import numpy as np
 
@@ -267,7 +268,8 @@ class LocalEngine:
     def add_worker(self) -> int:
         parent, child = self._ctx.Pipe()
         process = self._ctx.Process(target=_local_worker, args=(child, self._config, self._log), daemon=True)
-        process.start()
+        with _thread_env(self._config.threads_per_worker):
+            process.start()
         child.close()
         wid, self._next = self._next, self._next + 1
         self._workers[wid] = (process, parent)
@@ -323,6 +325,25 @@ class LocalEngine:
         self._workers.clear()
 
 
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+@contextlib.contextmanager
+def _thread_env(threads: int) -> Iterator[None]:
+    """The environment a worker starts with: OpenMP and BLAS pools of ``threads`` threads, as
+    Ray gives its workers (OMP_NUM_THREADS = num_cpus), so workers do not oversubscribe the cores."""
+    saved = {name: os.environ.get(name) for name in THREAD_VARIABLES}
+    os.environ.update({name: str(threads) for name in THREAD_VARIABLES})
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def _exit_reason(code: Optional[int]) -> str:
     if code is not None and code < 0:
         name = signal.Signals(-code).name
@@ -363,10 +384,14 @@ class RayEngine:
         self._started = False
         if not ray.is_initialized():
             kwargs = dict(log_to_driver=False, logging_level="ERROR")
-            if address:
-                ray.init(address=address, **kwargs)
-            else:
-                ray.init(num_cpus=workers * config.threads_per_worker, include_dashboard=False, **kwargs)
+            try:
+                if address:
+                    ray.init(address=address, **kwargs)
+                else:
+                    ray.init(num_cpus=workers * config.threads_per_worker, include_dashboard=False, **kwargs)
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                where = f"at --ray-address {address!r}" if address else "locally"
+                raise UsageError(f"Ray could not start or connect {where}: {_first_line(exc)}") from None
             self._started = True
         env = {k: v for k, v in os.environ.items() if k in (KILL_HOOK, KILL_DIR)}
         options = dict(num_cpus=config.threads_per_worker, max_restarts=0, max_task_retries=0)
@@ -585,17 +610,16 @@ def run_sweep(config: SweepConfig, seeds: Iterable[int], schedulers: Iterable[st
     folder = ResultsFolder(out)
     identity = config.identity()
     folder.check(identity)
-    folder.start(identity)
-    rows = {cell: row for cell, row in folder.read().items()}
+    rows = folder.read()
     todo = [cell for cell in cells if cell not in rows]
     result = SweepResult(cells=cells, rows=rows, ran=0)
+    # Ray connects before the folder is made: a cluster that cannot be reached leaves nothing behind.
+    pool = RayEngine(config, ray_address, min(workers, len(todo))) if todo and engine == "ray" else None
+    folder.start(identity)
     if todo:
         bar = _progress_bar(len(cells), len(cells) - len(todo), progress)
         try:
-            if engine == "local":
-                pool = LocalEngine(config, os.path.join(out, "workers.log"))
-            else:
-                pool = RayEngine(config, ray_address, min(workers, len(todo)))
+            pool = pool or LocalEngine(config, os.path.join(out, "workers.log"))
             try:
                 def finished(row: Dict[str, Any]) -> None:
                     folder.append(row)
@@ -739,7 +763,9 @@ def _fmt(value: Any, kind: str) -> str:
         return "-"
     if isinstance(value, str):
         return value
-    return f"{value:.3g}" if kind == "rel_l2" else (f"{value:.1f}" if kind == "psnr_db" else f"{value:.5f}")
+    if kind == "ssim":
+        return f"1 - {1 - value:.2g}" if 0.999 < value < 1 else f"{value:.4f}"
+    return f"{value:.3g}" if kind == "rel_l2" else f"{value:.1f}"
 
 
 def summary_markdown(summary: Dict[str, Any]) -> str:
@@ -774,10 +800,11 @@ def plot_sweep(result: SweepResult, config: SweepConfig, path: str) -> None:
     names = list(dict.fromkeys(s for _, s in result.cells))
     fig, axes = plt.subplots(1, 3, figsize=(12, 4))
     rng = np.random.default_rng(0)  # jitter only
-    for ax, (key, label) in zip(axes, (("rel_l2", "relative L2"), ("psnr_db", "PSNR (dB)"), ("ssim", "SSIM"))):
+    for ax, (key, label) in zip(axes, (("rel_l2", "relative L2"), ("psnr_db", "PSNR (dB)"), ("ssim", "1 - SSIM"))):
         data = []
         for name in names:
             values = [float(r[key]) for c, r in result.rows.items() if c[1] == name and "error" not in r]
+            values = [1 - v for v in values] if key == "ssim" else values  # SSIM sits within 1e-6 of 1
             data.append([v for v in values if math.isfinite(v)] or [np.nan])
         ax.boxplot(data, showfliers=False)
         for i, values in enumerate(data, 1):
@@ -785,11 +812,11 @@ def plot_sweep(result: SweepResult, config: SweepConfig, path: str) -> None:
         ax.set_xticks(range(1, len(names) + 1))
         ax.set_xticklabels(names, rotation=20, fontsize=8)
         ax.set_title(label)
+        if key in ("rel_l2", "ssim") and all(v > 0 for d in data for v in d if math.isfinite(v)):
+            ax.set_yscale("log")
         if key == "rel_l2":
             tol = DEFAULT_TOLERANCE[config.dtype] if config.tolerance is None else config.tolerance
             ax.axhline(tol, color="gray", lw=0.8, ls=":", label=f"tolerance {tol:g}")
-            if all(v > 0 for d in data for v in d if math.isfinite(v)):
-                ax.set_yscale("log")
             ax.legend(fontsize=8)
     fig.suptitle(f"xrand sweep: {sum(1 for c in result.cells if c in result.rows)} cells, "
                  f"{config.steps} steps", fontsize=9)
