@@ -6,7 +6,7 @@ Models: the embedded digits model (xrand/models/digits; a random-weight model of
 architecture is made on the fly if it is missing) and a random-weight model of the
 google/ddpm-cifar10-32 architecture saved to a temporary folder. Batch 1.
 
-Each model runs in a fresh process that loads both pipelines with xrand.pipelines.ddim's
+Each model runs in a fresh process that loads both pipelines with xrand.pipelines.sides'
 loaders, exactly as ``xrand compare`` does, and times torch, MindSpore in its default PyNative
 mode, and MindSpore in graph mode (``xrand compare --mindspore-mode graph``), interleaved.
 Targets: MindSpore at most 2x torch's time per step; compare_frameworks at most 10% slower than
@@ -45,12 +45,12 @@ CIFAR_SCHEDULER = dict(num_train_timesteps=1000, beta_start=1e-4, beta_end=0.02,
 # ----------------------------------------------------------------------------- models
 
 def save_model(folder: str, unet_config: dict, scheduler_config: dict) -> str:
-    """A random-weight UNet2DModel and a DDPMScheduler, as a diffusers folder (safetensors)."""
+    """A random-weight UNet2DModel and a DDIMScheduler, as a DDIMPipeline folder (safetensors)."""
     import torch
-    from diffusers import DDPMPipeline, DDPMScheduler, UNet2DModel
+    from diffusers import DDIMPipeline, DDIMScheduler, UNet2DModel
 
     torch.manual_seed(0)
-    pipe = DDPMPipeline(unet=UNet2DModel(**unet_config), scheduler=DDPMScheduler(**scheduler_config))
+    pipe = DDIMPipeline(unet=UNet2DModel(**unet_config), scheduler=DDIMScheduler(**scheduler_config))
     pipe.save_pretrained(folder, safe_serialization=True)
     return folder
 
@@ -82,22 +82,25 @@ def child(model: str, repeats: int, compare_steps: List[int], profile: bool) -> 
         import mindspore  # noqa: F401
         import torch
 
-    from xrand.pipelines import ddim
+    from xrand.pipelines.compare import Pair, compare_loaded
+    from xrand.pipelines.frameworks import mindspore_mode
+    from xrand.pipelines.settings import Settings
+    from xrand.pipelines.sides import load
 
     result = {"torch_threads": torch.get_num_threads(), "load_s": {}, "warmup_s": {}, "steps": {}}
-    start = time.perf_counter()
-    torch_pipe = ddim.load_torch_pipeline(model, quiet=True)
-    result["load_s"]["torch"] = time.perf_counter() - start
-    start = time.perf_counter()
-    ms_pipe = ddim.load_mindspore_pipeline(model, quiet=True)
-    result["load_s"]["mindspore"] = time.perf_counter() - start
+    loaded = {}
+    for name in ("torch", "mindspore"):
+        start = time.perf_counter()
+        loaded[name] = load(name, Settings(model=model, batch_size=1), quiet=True)
+        result["load_s"][name] = time.perf_counter() - start
+    torch_pipe, ms_pipe = loaded["torch"].pipe, loaded["mindspore"].pipe
 
     def run_torch(k):
         return torch_pipe(batch_size=1, generator=torch.Generator("cpu").manual_seed(0), num_inference_steps=k,
                           output_type="np")
 
     def run_mindspore(k, mode="pynative"):
-        with ddim.mindspore_mode(mode):
+        with mindspore_mode(mode):
             return ms_pipe(batch_size=1, generator=np.random.Generator(np.random.PCG64(0)), num_inference_steps=k,
                            output_type="np", return_dict=False)
 
@@ -121,17 +124,12 @@ def child(model: str, repeats: int, compare_steps: List[int], profile: bool) -> 
     result["per_step"] = per_step
 
     result["compare"] = {}
-    if compare_steps:
-        from xrand.pipelines.compare import compare_frameworks
-
-        # compare_frameworks loads its pipelines itself: hand it the ones loaded above
-        ddim.load_torch_pipeline = lambda *args, **kwargs: torch_pipe
-        ddim.load_mindspore_pipeline = lambda *args, **kwargs: ms_pipe
+    pair = Pair(torch=loaded["torch"], mindspore=loaded["mindspore"])  # compare on the pipelines loaded above
     for mode in ("pynative", "graph"):
         for steps in compare_steps:
             both = {"direct": lambda: (run_torch(steps), run_mindspore(steps, mode)),
-                    "compare": lambda: compare_frameworks(ddim.Settings(model=model, steps=steps), quiet=True,
-                                                          mindspore_mode=mode)}
+                    "compare": lambda: compare_loaded(pair, Settings(model=model, steps=steps, batch_size=1),
+                                                      mindspore_mode=mode)}
             times = {name: [] for name in both}
             for r in range(COMPARE_REPEATS):
                 for name in (["direct", "compare"] if r % 2 == 0 else ["compare", "direct"]):
@@ -180,11 +178,11 @@ def run(repeats: int = 5) -> Section:
             f"call lasts about {SECONDS_PER_TIMING:.0f} s, 2 to 50 steps, shown as k; the call's fixed costs "
             f"included), {repeats} repeats with the runs interleaved, after a warm-up call each (which compiles "
             "the graph in graph mode). diffusers' `DDIMPipeline` with a `torch.Generator`, mindone.diffusers' with "
-            "a NumPy generator, both loaded in one process by `xrand.pipelines.ddim`'s loaders, exactly as "
+            "a NumPy generator, both loaded in one process by `xrand.pipelines.sides.load`, exactly as "
             "`xrand compare` runs them. Ratio: MindSpore / torch per repeat. **PyNative**: MindSpore's default "
             "mode (what `xrand compare` runs); **graph mode**: `xrand compare --mindspore-mode graph`. "
-            "compare_frameworks: `compare_frameworks(Settings(model, steps=n), mindspore_mode=...)` with its "
-            "loaders handed the already loaded pipelines, against calling the two pipelines directly, "
+            "compare_frameworks: `compare_loaded(pair, Settings(model, steps=n, batch_size=1), mindspore_mode=...)` "
+            "on the pipelines already loaded, against calling the two pipelines directly, "
             f"interleaved, {COMPARE_REPEATS} repeats."
         ),
         columns=["model", "run", "s per step (min / med / max)", "MindSpore / torch (min / med / max)"],

@@ -27,13 +27,17 @@ METHODS = {
                               "draw = lambda n: torch.randn(n, generator=g)",
     "torch-cpu, engine=numpy": "import xrand\ng = xrand.Generator(0, engine='numpy')\n"
                                "draw = lambda n: g.normal((n,), 'float32')",
+    "torch-cpu, engine=numba-parallel": "import xrand\ng = xrand.Generator(0, engine='numba-parallel')\n"
+                                        "draw = lambda n: g.normal((n,), 'float32')",
     "torch-cpu, engine=numba": "import xrand\ng = xrand.Generator(0, engine='numba')\n"
                                "draw = lambda n: g.normal((n,), 'float32')",
     "torch-cpu, engine=torch (native)": "import xrand\ng = xrand.Generator(0, engine='torch')\n"
                                         "draw = lambda n: g.normal((n,), 'float32')",
     "pcg64": "import xrand\ng = xrand.Generator(0, stream='pcg64')\ndraw = lambda n: g.normal((n,), 'float32')",
-    "torch-cuda (NumPy engine)": "import xrand\ng = xrand.Generator(0, stream='torch-cuda')\n"
-                                 "draw = lambda n: g.normal((n,), 'float32')",
+    "torch-cuda, engine=numpy": "import xrand\ng = xrand.Generator(0, stream='torch-cuda', engine='numpy')\n"
+                                "draw = lambda n: g.normal((n,), 'float32')",
+    "torch-cuda, engine=numba": "import xrand\ng = xrand.Generator(0, stream='torch-cuda', engine='numba')\n"
+                                "draw = lambda n: g.normal((n,), 'float32')",
 }
 
 _CHILD = r"""

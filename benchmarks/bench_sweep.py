@@ -1,4 +1,4 @@
-"""Figure 6: `xrand sweep` throughput: cells per minute with 1 and 2 local workers, and Ray's cost.
+"""Figure 7: `xrand sweep` throughput: cells per minute with 1 and 2 local workers, and Ray's cost.
 
     python benchmarks/bench_sweep.py [--repeats 2]
 
@@ -58,7 +58,7 @@ def child(engine: str, workers: int, out: str) -> dict:
 
 def run(repeats: int = 2) -> Section:
     section = Section(
-        title="6. `xrand sweep` throughput: 1 and 2 local workers, and the Ray engine",
+        title="7. `xrand sweep` throughput: 1 and 2 local workers, and the Ray engine",
         method=(
             f"Sweeps of {CELLS} cells (seeds {SEEDS}, the "
             f"embedded digits model, {STEPS} steps, batch 1, one torch thread per worker), each in a fresh process "

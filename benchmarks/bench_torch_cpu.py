@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from xrand.streams.torch_cpu import TorchCPUStream  # noqa: E402
 
-SIZES = (65_536, 3_145_728)
+SIZES = (65_536, 1_048_576, 3_145_728, 16_777_216)
 MEMORY_NUMEL = 64 * 2**20
 
 _MEMORY_CHILD = r"""
@@ -74,8 +74,8 @@ def methods() -> dict:
 
         generator = torch.Generator("cpu").manual_seed(0)
         found["torch.randn"] = lambda n: torch.randn(n, generator=generator)
-    for engine in ("numba", "numpy", "torch"):
-        if engine != "numpy" and importlib.util.find_spec(engine) is None:
+    for engine in ("numba-parallel", "numba", "numpy", "torch"):
+        if engine != "numpy" and importlib.util.find_spec(engine.split("-")[0]) is None:
             continue
         stream = TorchCPUStream(0, engine=engine)
         label = "native (engine=torch)" if engine == "torch" else f"engine={engine}"
@@ -109,9 +109,9 @@ def time_methods(repeats: int) -> None:
 def measure_memory() -> None:
     print(f"\npeak memory drawing {MEMORY_NUMEL:,} float32 values ({MEMORY_NUMEL * 4 / 2**20:.0f} MiB output), "
           "fresh process each")
-    names = ["torch.randn", "numba", "numpy", "torch"]
+    names = ["torch.randn", "numba-parallel", "numba", "numpy", "torch"]
     for method in names:
-        module = "torch" if method in ("torch.randn", "torch") else method
+        module = "torch" if method in ("torch.randn", "torch") else method.split("-")[0]
         if method != "numpy" and importlib.util.find_spec(module) is None:
             continue
         code = _MEMORY_CHILD.format(root=str(ROOT), method=method, n=MEMORY_NUMEL)

@@ -8,15 +8,19 @@ Figures (one file each, also runnable alone):
   3 bench_memory.py        peak memory of a 64M-value draw, per engine, fresh processes
   4 bench_import.py        `import xrand` time beyond NumPy, and what it imports
   5 bench_ddim.py          DDIM seconds per step, torch vs MindSpore, compare_frameworks overhead
-  6 bench_sweep.py         xrand sweep cells per minute, 1 and 2 local workers, Ray's overhead
+  6 bench_sd.py            tiny Stable Diffusion seconds per step, torch vs MindSpore, compare overhead
+  7 bench_sweep.py         xrand sweep cells per minute, 1 and 2 local workers, Ray's overhead
 
 About 5 minutes on 2 cores. Timings interleave the compared calls; each figure records how
-much CPU other processes took meanwhile, so a shared machine shows in the results.
+much CPU other processes took meanwhile, so a shared machine shows in the results. With
+``--only``, the figures that were not re-run keep their sections (and summary rows) from the
+existing RESULTS.md, and the header says which run each came from.
 """
 from __future__ import annotations
 
 import argparse
 import datetime
+import re
 import sys
 import time
 import traceback
@@ -33,7 +37,8 @@ FIGURES = {
     3: ("bench_memory", {}),
     4: ("bench_import", {}),
     5: ("bench_ddim", {}),
-    6: ("bench_sweep", {}),
+    6: ("bench_sd", {}),
+    7: ("bench_sweep", {}),
 }
 
 
@@ -62,6 +67,21 @@ def summary(sections) -> str:
         what = "; ".join(" ".join(c for c in row.cells[:2] if c) for row in missed) or "-"
         lines.append(f"| {section.title} | {len(judged) - len(missed)} of {len(judged)} | {what} |")
     return "\n".join(lines) + "\n"
+
+
+def earlier_figures(path: Path, rerun) -> tuple:
+    """(header lines, {number: section text}, {number: summary row}) of figures an earlier run wrote."""
+    if not path.exists():
+        return [], {}, {}
+    text = path.read_text()
+    head = text.split("## Machine")[0].splitlines()
+    headers = [line for line in head if line.startswith(("Written by", "- Figures ", "  "))]
+    parts = re.split(r"(?m)^(?=## \d+\. )", text)
+    sections = {int(m.group(1)): part.rstrip() + "\n" for part in parts[1:]
+                if (m := re.match(r"## (\d+)\. ", part)) and int(m.group(1)) not in rerun}
+    rows = {int(m.group(1)): line for line in text.splitlines()
+            if (m := re.match(r"\| (\d+)\. ", line)) and int(m.group(1)) in sections}
+    return headers, sections, rows
 
 
 def main() -> None:
@@ -101,8 +121,16 @@ def main() -> None:
         lines += [f"**The machine was shared**: other processes used {others:.0%} of the CPU while these figures "
                   "were taken (per figure below), so absolute times are inflated and noisier; interleaving keeps "
                   "the ratios fair but not noise-free.", ""]
-    lines += [summary(sections)]
-    lines += [section.markdown() for section in sections]
+    kept_headers, kept, kept_rows = earlier_figures(Path(args.out), numbers) if args.only else ([], {}, {})
+    if kept:  # the header says which run each figure comes from
+        lines[2:3] = [f"- Figures {', '.join(map(str, numbers))}: " + lines[2][0].lower() + lines[2][1:],
+                      f"- Figures {', '.join(map(str, sorted(kept)))} from earlier runs:"] + \
+                     [f"  {h.removeprefix('- ').strip()}" for h in kept_headers if "from earlier runs" not in h]
+    table = summary(sections).splitlines()
+    rows = {int(m.group(1)): row for row in table[4:] if (m := re.match(r"\| (\d+)\. ", row))}
+    lines += table[:4] + [row for _, row in sorted({**kept_rows, **rows}.items())] + [""]
+    new = {int(section.title.split(".")[0]): section.markdown() for section in sections}
+    lines += [text for _, text in sorted({**kept, **new}.items())]
     Path(args.out).write_text("\n".join(lines))
     print(f"wrote {args.out} ({total / 60:.1f} min)")
 

@@ -12,6 +12,7 @@ def _clean_backend_choice(monkeypatch):
     """Every test starts with no process-wide backend choice and no XRAND_BACKEND."""
     monkeypatch.delenv("XRAND_BACKEND", raising=False)
     monkeypatch.setattr(xrand.registry, "_process_default", None)
+    monkeypatch.setattr(xrand.registry, "_default", None)
     factories, instances = dict(xrand.registry._factories), dict(xrand.registry._instances)
     yield
     xrand.registry._factories.clear()

@@ -73,6 +73,21 @@ def test_failing_tolerance_exits_1(tmp_path):
     (["compare", "--steps", "ten"], "argument --steps: invalid int value: 'ten'"),
     (["run", "--out", "x.safetensors"], "the following arguments are required: --backend"),
     (["compare", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+    (["compare", "--scheduler", "warp"], "unknown scheduler 'warp'; accepted: DDIMScheduler, DDIMParallelScheduler"),
+    (["compare", "--pipeline", "KandinskyPipeline"], "unknown pipeline 'KandinskyPipeline'; accepted: DDIMPipeline, "
+                                                     "DDPMPipeline, StableDiffusionPipeline"),
+    (["compare", "--scheduler", "flowmatcheulerdiscrete"], "FlowMatchEulerDiscreteScheduler cannot drive this model"),
+    (["compare", "--scheduler-option", "karras"], "scheduler option 'karras': expected KEY=VALUE"),
+    (["compare", "--pipeline", "StableDiffusionPipeline"], "StableDiffusionPipeline is text to image: give it a "
+                                                           "prompt (--prompt TEXT"),
+    (["compare", "--pipeline", "StableDiffusionPipeline", "--prompt", "a cat"], "has no vae/; the pipeline needs "
+                                                                                "unet, vae, text_encoder"),
+    (["compare", "--scheduler", "all", "--scheduler-option", "eta=1"], "--scheduler-option cannot be combined with "
+                                                                       "--scheduler all"),
+    (["run", "--backend", "torch", "--scheduler", "all", "--out", "x.safetensors"], "--scheduler all needs both "
+                                                                                    "frameworks"),
+    (["compare", "--scheduler", "euler", "--scheduler-option", "karras=1", "--steps", "1"],
+     "EulerDiscreteScheduler has no option 'karras'; accepted: config keys num_train_timesteps"),
 ])
 def test_user_errors_are_one_line_without_traceback(args, message, tmp_path):
     out = xrand_cli(*args, cwd=str(tmp_path))
@@ -102,6 +117,49 @@ def test_corrupt_model_weights_is_a_clean_error(tiny_model, tmp_path):
                     str(tmp_path / "side.safetensors"))
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
     assert not (tmp_path / "side.safetensors").exists()
+
+
+def test_scheduler_all_writes_the_matrix(tiny_model, tmp_path):
+    """Every shared image scheduler on both frameworks, few steps: all pass (5e-3, fp32)."""
+    from xrand.pipelines.schedulers import MATRIX
+
+    out = tmp_path / "m"
+    code = main(["compare", "--model", tiny_model, "--scheduler", "all", "--steps", "4", "--batch-size", "1",
+                 "--quiet", "--out", str(out)])
+    matrix = json.load(open(out / "matrix.json"))
+    failed = [(r["label"], r["rel_l2"], r["error"]) for r in matrix["rows"] if r["verdict"] != "pass"]
+    assert code == 0 and matrix["verdict"] == "pass" and not failed, failed
+    assert [(r["scheduler"], r["options"]) for r in matrix["rows"]] == [(n, o) for n, o in MATRIX]
+    draws = {r["label"]: r["noise_draws"] for r in matrix["rows"]}
+    assert draws["DDIM"] == 0 and draws["EulerAncestralDiscrete"] == 4 * 64 and draws["DPMSolverSDE"] > 0
+    table = (out / "matrix.md").read_text()
+    assert "| scheduler | options | noise draws during steps | final rel L2 | max \\|diff\\| | verdict |" in table
+    assert table.count("| PASS |") == len(MATRIX)
+    with open(out / "matrix.png", "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_main_lets_a_bug_raise(monkeypatch):
+    import xrand.cli
+
+    def broken(args):
+        raise RuntimeError("a bug, not a usage error")
+
+    monkeypatch.setattr(xrand.cli, "cmd_doctor", broken)
+    with pytest.raises(RuntimeError, match="a bug"):
+        main(["doctor"])
+
+
+def test_defaults_come_from_settings():
+    from xrand.cli import build_parser
+    from xrand.pipelines.settings import Settings
+    from xrand.streams import DEFAULT_STREAM
+
+    args = build_parser().parse_args(["compare"])
+    defaults = Settings(model="x")
+    assert (args.batch_size, args.steps, args.seed, args.eta, args.dtype, args.guidance_scale) == (
+        defaults.batch_size, defaults.steps, defaults.seed, defaults.eta, defaults.dtype, defaults.guidance_scale)
+    assert args.batch_size == 4 and args.stream == DEFAULT_STREAM == defaults.stream
 
 
 def test_doctor_lists_backends():

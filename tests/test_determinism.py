@@ -75,3 +75,13 @@ def test_default_applies_to_every_installed_framework():
 def test_unknown_framework_is_refused():
     with pytest.raises(ValueError, match="unknown backend 'jax'"):
         xrand.enable_full_determinism(["jax"])
+
+
+def test_a_framework_that_is_not_installed_is_a_usage_error():
+    class Missing(xrand.backends.Backend):
+        name, module = "missing", "a_framework_that_is_not_installed"
+
+    xrand.register_backend("missing", Missing)
+    with pytest.raises(xrand.UsageError, match="cannot make 'missing' deterministic: .*is not installed"):
+        xrand.enable_full_determinism(["missing"])
+    assert not xrand.full_determinism_enabled()

@@ -205,3 +205,10 @@ def test_manual_seed_seeds_torch_when_loaded():
     a = torch.rand(3)
     torch.manual_seed(21)
     assert torch.equal(a, torch.rand(3))
+
+
+def test_options_go_to_a_stream_name_not_an_instance():
+    from xrand.streams.pcg64 import PCG64Stream
+
+    with pytest.raises(TypeError, match=r"options \['engine'\] go to a stream name, not to a stream instance"):
+        xrand.Generator(stream=PCG64Stream(1), engine="numba")

@@ -12,7 +12,7 @@ import mindspore.mint.nn.functional as MF  # noqa: E402
 import torch.nn.functional as TF  # noqa: E402
 
 from xrand.pipelines import mindspore_cpu  # noqa: E402
-from xrand.pipelines.ddim import mindspore_mode  # noqa: E402
+from xrand.pipelines.frameworks import mindspore_mode  # noqa: E402
 
 pytestmark = pytest.mark.skipif(ms.get_context("device_target") != "CPU",
                                 reason="the fallbacks only apply when MindSpore targets the CPU")
@@ -199,3 +199,219 @@ def test_tune_cpu_runtime_does_nothing_off_the_cpu(monkeypatch):
     monkeypatch.setattr(ms, "get_context", lambda key: "GPU" if key == "device_target" else real(key))
     monkeypatch.setattr(ms.runtime, "launch_blocking", lambda: pytest.fail("touched the runtime"))
     assert mindspore_cpu.tune_cpu_runtime() is False
+
+
+# ---------------------------------------------------------------- scheduler and Stable Diffusion operators
+
+def _all_originals():
+    import mindspore.nn.layer.normalization as normalization
+
+    return {
+        "Tensor.nonzero": vars(ms.Tensor).get("nonzero"), "Tensor.lerp": ms.Tensor.lerp, "mint.lerp": mint.lerp,
+        "mint.atan2": mint.atan2, "mint.stack": mint.stack, "mint.linspace": mint.linspace,
+        "mint.zeros_like": mint.zeros_like, "mint.full": mint.full, "mint.log": mint.log,
+        "F.layer_norm": MF.layer_norm, "F.gelu": MF.gelu,
+        "LayerNorm.construct": vars(normalization.LayerNormExt)["construct"],
+    }
+
+
+def test_every_scheduler_and_sd_operator_is_replaced_on_the_cpu_and_restored():
+    before = _all_originals()
+    assert "lerp" not in vars(ms.Tensor)  # inherited from the C++ TensorPy
+    mindspore_cpu.install()
+    during = _all_originals()
+    assert [k for k in before if during[k] is before[k]] == []
+    mindspore_cpu.uninstall()
+    assert _all_originals() == before
+    assert "lerp" not in vars(ms.Tensor)
+
+
+def test_none_of_the_new_operators_is_replaced_off_the_cpu(monkeypatch):
+    before = _all_originals()
+    real = ms.get_context
+    monkeypatch.setattr(ms, "get_context", lambda key: "GPU" if key == "device_target" else real(key))
+    assert mindspore_cpu.install() is False
+    assert _all_originals() == before
+
+
+def test_without_the_fallbacks_these_operators_fail_on_the_cpu():
+    """The reason each fallback exists (if MindSpore gains a CPU kernel, this test says so)."""
+    x = ms.tensor(_rand(3))
+    for call in (lambda: x.nonzero(as_tuple=True), lambda: mint.atan2(x, x), lambda: mint.stack([x, x]),
+                 lambda: mint.linspace(0, 1, 5), lambda: mint.zeros_like(x), lambda: mint.full((2,), 1.0),
+                 lambda: mint.log(ms.tensor([1, 2])), lambda: MF.layer_norm(x, (3,)), lambda: MF.gelu(x)):
+        with pytest.raises((RuntimeError, TypeError), match="kernel|Unsupported data type"):
+            out = call()
+            (out[0] if isinstance(out, tuple) else out).asnumpy()  # PyNative may fail only when read
+    assert np.isnan(ms.tensor([-np.inf], ms.float32).lerp(ms.tensor([1.0]), 0.5).asnumpy()[0])
+
+
+@pytest.mark.parametrize("values", [[0.0, 1.5, 0.0, -2.0], [[0, 3], [4, 0], [0, 0]], [[0.0, 0.0]], [], 7.0, 0.0])
+def test_nonzero_matches_torch(fallbacks, values):
+    x = np.array(values, np.float32)
+    for as_tuple in (True, False):
+        out = ms.tensor(x).nonzero(as_tuple=as_tuple)
+        ref = torch.from_numpy(x).nonzero(as_tuple=as_tuple)
+        if as_tuple:
+            assert len(out) == len(ref)
+            for o, r in zip(out, ref):
+                assert o.dtype == ms.int64
+                np.testing.assert_array_equal(o.asnumpy(), r.numpy())
+        else:
+            assert out.shape == tuple(ref.shape)
+            np.testing.assert_array_equal(out.asnumpy(), ref.numpy())
+
+
+def test_the_ddpm_index_lookup_runs(fallbacks):
+    """mindone's DDPMScheduler.index_for_timestep: (timesteps == t).nonzero(as_tuple=True)[0][0]."""
+    timesteps = ms.tensor(np.arange(999, -1, -100))
+    assert int((timesteps == 499).nonzero(as_tuple=True)[0][0]) == 5
+
+
+@pytest.mark.parametrize("weight", [0.0, 0.25, 0.5, 0.75, 1.0, 1.5, -0.5, "tensor"])
+def test_lerp_matches_torch_also_from_minus_infinity(fallbacks, weight):
+    start = np.concatenate([[-np.inf, 0.0, -np.inf], _rand(5, seed=1)]).astype(np.float32)
+    end = np.concatenate([[1.0, -np.inf, 2.0], _rand(5, seed=2)]).astype(np.float32)
+    w = _rand(8, seed=3) if weight == "tensor" else weight
+    ms_w, pt_w = (ms.tensor(w), torch.from_numpy(w)) if weight == "tensor" else (w, w)
+    ref = torch.from_numpy(start).lerp(torch.from_numpy(end), pt_w).numpy()
+    for out in (ms.tensor(start).lerp(ms.tensor(end), ms_w), mint.lerp(ms.tensor(start), ms.tensor(end), ms_w)):
+        # same inf/NaN places; finite values within an ulp (torch's vectorised kernel fuses multiply-add)
+        np.testing.assert_allclose(out.asnumpy(), ref, rtol=2.4e-7, atol=0)
+
+
+def test_kdpm2_log_sigma_interpolation_keeps_its_last_sigma_zero(fallbacks):
+    """KDPM2's ``sigmas.log().lerp(rolled.log(), 0.5).exp()`` with a final sigma of 0 (log -inf)."""
+    sigmas = np.array([14.6, 3.2, 0.5, 0.0], np.float32)
+    rolled = np.roll(sigmas, 1)
+    out = ms.tensor(sigmas).log().lerp(ms.tensor(rolled).log(), 0.5).exp().asnumpy()
+    ref = torch.from_numpy(sigmas).log().lerp(torch.from_numpy(rolled).log(), 0.5).exp().numpy()
+    assert out[-1] == ref[-1] == 0.0  # NaN without the fallback; the NaN at 0 is dropped by both libraries
+    np.testing.assert_allclose(out, ref, rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtypes", [("float32", "float32"), ("int64", "int64"), ("float32", "int32")])
+def test_atan2_matches_torch(fallbacks, dtypes):
+    a = (_rand(4, 5, seed=1) * 3).astype(dtypes[0])
+    b = (_rand(5, seed=2) * 3).astype(dtypes[1])  # broadcast
+    a[0, :3], b[:3] = [0, 0, -1], [0, -1, 0]
+    out = mint.atan2(ms.tensor(a), ms.tensor(b))
+    ref = torch.atan2(torch.from_numpy(a), torch.from_numpy(b))
+    assert out.dtype == ms.float32 and ref.dtype == torch.float32
+    np.testing.assert_allclose(out.asnumpy(), ref.numpy(), rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1, 2])
+def test_stack_matches_torch(fallbacks, dim):
+    xs = [_rand(2, 3, seed=k) for k in range(3)]
+    out = mint.stack([ms.tensor(x) for x in xs], dim=dim)
+    ref = torch.stack([torch.from_numpy(x) for x in xs], dim=dim)
+    np.testing.assert_array_equal(out.asnumpy(), ref.numpy())
+    tup = mint.stack(tuple(ms.tensor(x) for x in xs))  # a tuple, as mindone passes it too
+    np.testing.assert_array_equal(tup.asnumpy(), np.stack(xs))
+
+
+@pytest.mark.parametrize("start, end, steps, dtype", [
+    (0.0001, 0.02, 1000, None), (0.0001 ** 0.5, 0.012 ** 0.5, 1000, None), (0, 1, 10, None),
+    (np.log(80.0), np.log(0.002), 7, None), (3.0, -2.0, 5, None), (0, 999, 11, "int64"), (1.5, 1.5, 1, None),
+    (0.0, 1.0, 0, None), (-1.0, 2.0, 4, "float64"),
+])
+def test_linspace_matches_torch(fallbacks, start, end, steps, dtype):
+    out = mint.linspace(start, end, steps, dtype=None if dtype is None else getattr(ms, dtype))
+    ref = torch.linspace(start, end, steps, dtype=None if dtype is None else getattr(torch, dtype))
+    assert out.shape == tuple(ref.shape)
+    assert out.asnumpy().dtype == ref.numpy().dtype
+    np.testing.assert_array_equal(out.asnumpy()[[0, -1]] if steps else [], ref.numpy()[[0, -1]] if steps else [])
+    # torch's vectorised kernel steps from a block's base value: an ulp apart in places
+    np.testing.assert_allclose(out.asnumpy(), ref.numpy(), rtol=2.4e-7, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [None, "int32", "float16"])
+def test_zeros_like_matches_torch(fallbacks, dtype):
+    x = _rand(2, 3)
+    out = mint.zeros_like(ms.tensor(x), dtype=None if dtype is None else getattr(ms, dtype))
+    ref = torch.zeros_like(torch.from_numpy(x), dtype=None if dtype is None else getattr(torch, dtype))
+    assert out.asnumpy().dtype == ref.numpy().dtype
+    np.testing.assert_array_equal(out.asnumpy(), ref.numpy())
+    assert mint.zeros_like(ms.tensor(np.zeros((0, 4), np.float32))).shape == (0, 4)
+
+
+@pytest.mark.parametrize("size, value, dtype", [
+    ((1,), 0.002, None), ((2, 3), 3, None), ((2,), True, None), ((3,), -np.inf, None), ((2,), 7, "float32"),
+    ((0,), 1.0, None), ((2, 2), "tensor", None),
+])
+def test_full_matches_torch(fallbacks, size, value, dtype):
+    ms_value, pt_value = (ms.tensor(0.25), torch.tensor(0.25)) if value == "tensor" else (value, value)
+    out = mint.full(size, ms_value, dtype=None if dtype is None else getattr(ms, dtype))
+    ref = torch.full(size, pt_value, dtype=None if dtype is None else getattr(torch, dtype))
+    assert out.asnumpy().dtype == ref.numpy().dtype
+    np.testing.assert_array_equal(out.asnumpy(), ref.numpy())
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int32", "bool", "float32"])
+def test_log_matches_torch_also_on_integers(fallbacks, dtype):
+    x = np.array([0, 1, 2, 10, 1000], dtype=dtype) if dtype != "float32" else np.abs(_rand(5)) + [0, 1, 0, 0, 0]
+    x = x.astype(dtype)
+    out = mint.log(ms.tensor(x))
+    ref = torch.log(torch.from_numpy(x))
+    assert out.asnumpy().dtype == ref.numpy().dtype == np.float32
+    np.testing.assert_allclose(out.asnumpy(), ref.numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_matches_torch(fallbacks, approximate):
+    x = np.concatenate([_rand(2000) * 4, [0.0, -20.0, 20.0, -5.0]]).astype(np.float32)
+    out = MF.gelu(ms.tensor(x), approximate=approximate).asnumpy()
+    ref = TF.gelu(torch.from_numpy(x), approximate=approximate).numpy()
+    # erf's float32 error near x = -5 is 3e-7 absolute (measured 1.2e-6 at most on 2,000 values)
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=2e-6)
+    layer = mint.nn.GELU(approximate=approximate)(ms.tensor(x)).asnumpy()
+    np.testing.assert_array_equal(layer, out)
+
+
+@pytest.mark.parametrize("shape, normalized, affine", [((2, 5, 8), (8,), True), ((3, 4, 6), (4, 6), True),
+                                                        ((2, 8), 8, False), ((0, 8), (8,), True)])
+def test_layer_norm_matches_torch(fallbacks, shape, normalized, affine):
+    x = _rand(*shape) * 3 + 1
+    norm_shape = (normalized,) if isinstance(normalized, int) else normalized
+    w, b = (_rand(*norm_shape, seed=4), _rand(*norm_shape, seed=5)) if affine else (None, None)
+    conv = (lambda a, f: None if a is None else f(a))
+    out = MF.layer_norm(ms.tensor(x), normalized, conv(w, ms.tensor), conv(b, ms.tensor), 1e-5).asnumpy()
+    ref = TF.layer_norm(torch.from_numpy(x), norm_shape, conv(w, torch.from_numpy), conv(b, torch.from_numpy),
+                        1e-5).numpy()
+    assert out.shape == ref.shape
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=2e-6)
+
+
+def test_layer_norm_layer_matches_torch(fallbacks):
+    ref = torch.nn.LayerNorm(8, eps=1e-6)
+    with torch.no_grad():
+        ref.weight.copy_(torch.from_numpy(_rand(8, seed=1)))
+        ref.bias.copy_(torch.from_numpy(_rand(8, seed=2)))
+    layer = mint.nn.LayerNorm(8, eps=1e-6)
+    layer.weight.set_data(ms.tensor(ref.weight.detach().numpy()))
+    layer.bias.set_data(ms.tensor(ref.bias.detach().numpy()))
+    x = _rand(2, 3, 8)
+    with torch.no_grad():
+        expected = ref(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(layer(ms.tensor(x)).asnumpy(), expected, rtol=1e-5, atol=2e-6)
+    plain = mint.nn.LayerNorm(8, elementwise_affine=False)(ms.tensor(x)).asnumpy()
+    np.testing.assert_allclose(plain, TF.layer_norm(torch.from_numpy(x), (8,)).numpy(), rtol=1e-5, atol=2e-6)
+
+
+def test_layer_norm_and_gelu_fallbacks_compile_in_graph_mode():
+    class Block(ms.nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.norm = mint.nn.LayerNorm(8)
+
+        def construct(self, x):
+            return MF.gelu(self.norm(x)) + MF.layer_norm(x, (8,))
+
+    x = _rand(2, 8)
+    t = torch.from_numpy(x)
+    expected = (TF.gelu(TF.layer_norm(t, (8,))) + TF.layer_norm(t, (8,))).numpy()
+    block = Block()
+    with mindspore_cpu.cpu_fallbacks(), mindspore_mode("graph"):
+        out = block(ms.tensor(x)).asnumpy()
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=2e-6)

@@ -14,7 +14,8 @@ ms = pytest.importorskip("mindspore")
 pytest.importorskip("mindone.diffusers")
 
 from xrand.pipelines.compare import compare_frameworks, compare_sides  # noqa: E402
-from xrand.pipelines.ddim import Settings, run_side  # noqa: E402
+from xrand.pipelines.settings import Settings  # noqa: E402
+from xrand.pipelines.sides import run_side  # noqa: E402
 from xrand.pipelines.report import write_report  # noqa: E402
 from xrand.pipelines.sidefile import load_side, save_side  # noqa: E402
 
@@ -22,14 +23,14 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 def make_tiny_model(path):
-    """A random 1-channel UNet2DModel with an attention block, saved as diffusers does."""
-    from diffusers import DDPMPipeline, DDPMScheduler, UNet2DModel
+    """A random 1-channel UNet2DModel with an attention block, saved as a DDIMPipeline folder."""
+    from diffusers import DDIMPipeline, DDIMScheduler, UNet2DModel
 
     torch.manual_seed(0)
     unet = UNet2DModel(sample_size=8, in_channels=1, out_channels=1, block_out_channels=(16, 32),
                        layers_per_block=1, down_block_types=("DownBlock2D", "AttnDownBlock2D"),
                        up_block_types=("AttnUpBlock2D", "UpBlock2D"), norm_num_groups=8)
-    DDPMPipeline(unet=unet, scheduler=DDPMScheduler(num_train_timesteps=1000)).save_pretrained(
+    DDIMPipeline(unet=unet, scheduler=DDIMScheduler(num_train_timesteps=1000)).save_pretrained(
         str(path), safe_serialization=True)
     return str(path)
 
@@ -189,7 +190,7 @@ def test_side_files_compare_like_in_process(side_files):
 
 def test_side_files_with_other_settings_are_refused(side_files):
     a, _, other = side_files
-    with pytest.raises(ValueError, match="not comparable: seed: 5 vs 6"):
+    with pytest.raises(xrand.UsageError, match="not comparable: seed: 5 vs 6"):
         compare_sides(load_side(a), load_side(other))
 
 
@@ -212,12 +213,19 @@ def test_plain_safetensors_is_not_a_side_file(tmp_path):
 
 # -- bad models and settings -------------------------------------------------------------------------------
 def test_missing_and_incomplete_model_folders(tmp_path):
-    from xrand.pipelines.ddim import check_model
+    from xrand.pipelines.sides import check_model
 
-    with pytest.raises(FileNotFoundError, match="does not exist"):
+    with pytest.raises(xrand.UsageError, match="does not exist"):
         check_model(str(tmp_path / "nope"))
     (tmp_path / "m" / "unet").mkdir(parents=True)
-    with pytest.raises(FileNotFoundError, match="has no unet/config.json"):
+    with pytest.raises(xrand.UsageError, match="has no scheduler/; the pipeline needs unet, scheduler"):
+        check_model(str(tmp_path / "m"))
+    (tmp_path / "m" / "scheduler").mkdir()
+    (tmp_path / "m" / "scheduler" / "scheduler_config.json").write_text("{}")
+    with pytest.raises(xrand.UsageError, match="has no unet/config.json"):
+        check_model(str(tmp_path / "m"))
+    (tmp_path / "m" / "unet" / "config.json").write_text("{}")
+    with pytest.raises(xrand.UsageError, match=r"has no unet/\*.safetensors weights"):
         check_model(str(tmp_path / "m"))
 
 
@@ -229,7 +237,29 @@ def test_missing_and_incomplete_model_folders(tmp_path):
     ("stream", "mt", "unknown stream 'mt'"),
     ("dtype", "bfloat16", "unknown dtype 'bfloat16' for the pipelines"),
     ("seed", -5, "seed must be an integer"),
+    ("pipeline", "StableCascadePipeline", "unknown pipeline 'StableCascadePipeline'; accepted: DDIMPipeline, "
+                                          "DDPMPipeline, StableDiffusionPipeline"),
+    ("scheduler", "warp", "unknown scheduler 'warp'; accepted: DDIMScheduler, "),
+    ("scheduler", "FlowMatchEulerDiscrete", "FlowMatchEulerDiscreteScheduler cannot drive this model: a "
+                                            "flow-matching scheduler"),
+    ("scheduler_options", {"x": object()}, "scheduler_options must hold JSON values"),
+    ("guidance_scale", -1, "guidance_scale must be a finite number >= 0"),
+    ("height", 30, "height must be a multiple of 8, got 30"),
+    ("prompt", 3, "prompt must be a string"),
 ])
 def test_bad_settings(field, value, match):
-    with pytest.raises((ValueError, TypeError), match=match):
-        Settings(**{"model": "x", field: value}).check()
+    with pytest.raises(xrand.UsageError, match=match):
+        Settings(**{"model": "x", field: value})
+
+
+def test_settings_are_checked_once_and_frozen():
+    import dataclasses
+
+    s = Settings(model="x", seed=np.uint32(5), eta=1, scheduler="Euler-A", scheduler_options={"s_noise": 1.0})
+    assert (s.seed, type(s.seed), s.eta, type(s.eta)) == (5, int, 1.0, float)
+    assert s.scheduler == "EulerAncestralDiscreteScheduler" and s.batch_size == 4
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.steps = 0
+    alias = Settings(model="x", scheduler="dpm++-2m-sde", scheduler_options={"use_karras_sigmas": True})
+    assert alias.scheduler == "DPMSolverMultistepScheduler"
+    assert alias.scheduler_options == {"algorithm_type": "sde-dpmsolver++", "use_karras_sigmas": True}

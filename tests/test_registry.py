@@ -39,9 +39,14 @@ def test_default_is_torch_when_installed_else_numpy():
     assert xrand.get_backend() == expected
 
 
-def test_environment_variable_sets_default(monkeypatch):
+def test_environment_variable_sets_default_once(monkeypatch):
     monkeypatch.setenv("XRAND_BACKEND", "numpy")
     assert xrand.get_backend() == "numpy"
+    monkeypatch.setenv("XRAND_BACKEND", "mindspore")
+    assert xrand.get_backend() == "numpy"  # read at the first need, like OMP_NUM_THREADS
+
+
+def test_environment_variable_naming_no_backend(monkeypatch):
     monkeypatch.setenv("XRAND_BACKEND", "nope")
     with pytest.raises(ValueError, match="XRAND_BACKEND='nope'"):
         xrand.get_backend()

@@ -17,6 +17,7 @@ from hypothesis import given, settings, strategies as st
 
 from xrand.streams import make_stream
 from xrand.streams import torch_cpu
+from xrand.streams.torch_cpu import stream as torch_cpu_stream
 from xrand.streams.torch_cpu import (
     TORCH_STATE_SIZE, TorchCPUStream, libm_function, parse_torch_state, seed_key, torch_state_bytes,
 )
@@ -31,7 +32,7 @@ GOLDEN = json.loads((Path(__file__).parent / "golden" / "torch_cpu.json").read_t
 
 needs_torch = pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed")
 needs_numba = pytest.mark.skipif(not HAVE_NUMBA, reason="numba is not installed")
-ENGINES = ["numpy", pytest.param("numba", marks=needs_numba)]
+ENGINES = ["numpy", pytest.param("numba", marks=needs_numba), pytest.param("numba-parallel", marks=needs_numba)]
 ALL_ENGINES = ENGINES + [pytest.param("torch", marks=needs_torch)]
 
 
@@ -117,7 +118,7 @@ def test_only_the_low_32_bits_of_the_seed_count():
 
 @pytest.mark.parametrize("seed", [0, 2**64 - 1])
 def test_engines_agree(seed):
-    engines = ["numpy"] + (["numba"] if HAVE_NUMBA else []) + (["torch"] if HAVE_TORCH else [])
+    engines = ["numpy"] + (["numba", "numba-parallel"] if HAVE_NUMBA else []) + (["torch"] if HAVE_TORCH else [])
     streams = [TorchCPUStream(seed, engine=e) for e in engines]
     for shape, dtype in [((3,), "float64"), ((4099,), "float32"), ((31,), "float16"), ((1,), "bfloat16"),
                          ((100,), "float64"), ((2, 9), "bfloat16")]:
@@ -245,7 +246,7 @@ def test_malformed_torch_bytes_raise():
 # -- options ---------------------------------------------------------------------------------
 
 def test_bad_engine_and_kernel_names_raise():
-    with pytest.raises(ValueError, match="'fast'.*auto, torch, numba, numpy"):
+    with pytest.raises(ValueError, match="'fast'.*auto, torch, numba-parallel, numba, numpy"):
         TorchCPUStream(0, engine="fast")
     with pytest.raises(ValueError, match="'neon'.*avx2, scalar"):
         TorchCPUStream(0, engine="numpy", kernel="neon")
@@ -264,7 +265,22 @@ def test_options_and_registry():
     assert isinstance(stream, TorchCPUStream)
     assert stream.options() == {"engine": "numpy", "kernel": "scalar"}
     assert TorchCPUStream(0).options() == {"engine": "auto", "kernel": "avx2"}
-    assert TorchCPUStream(0).engine in ("torch", "numba", "numpy")
+    assert TorchCPUStream(0).engine in ("torch", "numba-parallel", "numpy")
+    assert TorchCPUStream(0, threads=2).options() == {"engine": "auto", "kernel": "avx2", "threads": 2}
+
+
+@pytest.mark.parametrize("threads", [0, -1, 1.5, True, "2"])
+def test_bad_thread_counts_raise(threads):
+    with pytest.raises(ValueError, match="threads must be None or an integer >= 1"):
+        TorchCPUStream(0, threads=threads)
+
+
+@needs_numba
+def test_auto_picks_numba_parallel_without_torch():
+    code = ("import sys, xrand.streams.torch_cpu as t\n"
+            "print(t.TorchCPUStream(0).engine, 'torch' in sys.modules)")
+    result = run_python(code)
+    assert result.stdout.split() == ["numba-parallel", "False"], result.stderr
 
 
 def test_importing_does_not_import_torch_or_numba():
@@ -273,6 +289,54 @@ def test_importing_does_not_import_torch_or_numba():
             "print('torch' in sys.modules, 'numba' in sys.modules)")
     result = run_python(code)
     assert result.stdout.split() == ["False", "False"], result.stderr
+
+
+# -- numba-parallel: words in order, blocks of 16 on every thread --------------------------------
+
+# many compiled.PAR_CHUNK chunks (128K values), the last one short, and a partial block
+PARALLEL_NUMEL = (1 << 22) + 4096 + 5
+
+
+@needs_torch
+@needs_numba
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_parallel_engine_matches_torch_for_every_thread_count(threads, dtype):
+    stream, generator = TorchCPUStream(6, engine="numba-parallel", threads=threads), torch_generator(6)
+    for shape in [(PARALLEL_NUMEL,), (3,), (1, 4, 128, 128), (1_100_000 + 7,)]:
+        assert_same_bits(stream.normal(shape, dtype), torch_randn(generator, shape, dtype), f"{shape} {dtype}")
+    assert stream.get_state() == parse_torch_state(generator.get_state())
+
+
+@needs_torch
+@needs_numba
+def test_parallel_engine_matches_torch_on_more_threads_than_cores():
+    # 5 threads on a 2-core machine take the chunks in an order of their own
+    stream, generator = TorchCPUStream(7, engine="numba-parallel", threads=5), torch_generator(7)
+    for numel, dtype in [(PARALLEL_NUMEL, "float32"), (1_100_001, "float64"), (1_200_001, "bfloat16"),
+                         (50_000, "float16")]:
+        assert_same_bits(stream.normal((numel,), dtype), torch_randn(generator, (numel,), dtype), f"{numel} {dtype}")
+
+
+@needs_numba
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+def test_parallel_engine_works_in_a_forked_child():
+    # the child makes its own pool threads (it has none of its parent's)
+    code = ("import os, hashlib\n"
+            "from xrand.streams.torch_cpu import TorchCPUStream\n"
+            "s = TorchCPUStream(8, engine='numba-parallel')\n"
+            "s.normal((1 << 21,), 'float32')\n"
+            "expected = TorchCPUStream(0, engine='numba')\n"
+            "expected.set_state(s.get_state())\n"
+            "want = hashlib.sha1(expected.normal((1 << 21,), 'float32').tobytes()).hexdigest()\n"
+            "pid = os.fork()\n"
+            "if pid == 0:\n"
+            "    got = hashlib.sha1(s.normal((1 << 21,), 'float32').tobytes()).hexdigest()\n"
+            "    print(got == want, flush=True)\n"
+            "    os._exit(0)\n"
+            "print(os.waitpid(pid, 0)[1])")
+    result = run_python(code)
+    assert result.stdout.split() == ["True", "0"], result.stderr
 
 
 # -- scalar kernel (aarch64, Apple Silicon, ATEN_CPU_CAPABILITY=default) ----------------------
@@ -289,7 +353,7 @@ def test_scalar_kernel_is_libm_box_muller():
             theta = float(np.float32(2.0 * math.pi * float(u[b + 8 + j])))
             expected[b + j] = radius * np.float32(cosf(theta)) + np.float32(0)
             expected[b + 8 + j] = radius * np.float32(sinf(theta)) + np.float32(0)
-    engines = ["numpy"] + (["numba"] if HAVE_NUMBA else [])
+    engines = ["numpy"] + (["numba", "numba-parallel"] if HAVE_NUMBA else [])
     for engine in engines:
         stream = TorchCPUStream(21, engine=engine, kernel="scalar")
         assert_same_bits(stream.normal((32,), "float32"), expected, engine)
@@ -298,6 +362,15 @@ def test_scalar_kernel_is_libm_box_muller():
     scalar = TorchCPUStream(21, engine="numpy", kernel="scalar").normal((n,), "float32")
     avx2 = TorchCPUStream(21, engine="numpy", kernel="avx2").normal((n,), "float32")
     assert 0.1 < np.mean(scalar != avx2) < 0.7 and np.max(np.abs(scalar - avx2)) < 1e-5
+
+
+@needs_numba
+@pytest.mark.parametrize("threads", [1, 2])
+def test_parallel_scalar_kernel_equals_the_one_thread_kernel(threads):
+    # the one-thread scalar kernel is checked against torch in the next test
+    one, many = (TorchCPUStream(9, engine=e, kernel="scalar", threads=threads) for e in ("numba", "numba-parallel"))
+    for numel, dtype in [(1_100_003, "float32"), (1_100_003, "bfloat16"), (20_000, "float16"), (1_100_000, "float64")]:
+        assert_same_bits(many.normal((numel,), dtype), one.normal((numel,), dtype), f"{numel} {dtype}")
 
 
 @needs_torch
@@ -310,7 +383,7 @@ def test_scalar_kernel_matches_torch_without_avx2():
     result = run_python(code, env={"ATEN_CPU_CAPABILITY": "default"})
     capability, single, half = result.stdout.split()
     assert capability == "DEFAULT", result.stderr
-    for engine in ["numpy"] + (["numba"] if HAVE_NUMBA else []):
+    for engine in ["numpy"] + (["numba", "numba-parallel"] if HAVE_NUMBA else []):
         stream = TorchCPUStream(8, engine=engine, kernel="scalar")
         assert stream.normal((1000,), "float32").tobytes().hex() == single, engine
         assert stream.normal((37,), "float16").tobytes().hex() == half, engine
@@ -346,7 +419,7 @@ def test_large_draws_work_in_chunks(engine, dtype, monkeypatch):
     # the output is filled a chunk at a time: peak memory stays near the output's size
     n = (1 << 20) + 5
     whole = TorchCPUStream(4, engine=engine).normal((n,), dtype)
-    monkeypatch.setattr(torch_cpu, "_CHUNK", 1 << 12)
+    monkeypatch.setattr(torch_cpu_stream, "_CHUNK", 1 << 12)
     stream = TorchCPUStream(4, engine=engine)
     tracemalloc.start()
     try:

@@ -1,7 +1,8 @@
 """The torch-cuda stream: Philox words, torch's kernel mapping and offsets, state handling.
 
-Without a GPU the values are checked against known torch CUDA output and against a literal,
-one-thread-at-a-time transcription of torch's grid-stride kernel; with one, against torch.
+Without a GPU the values are checked against a literal, one-thread-at-a-time transcription of
+torch's grid-stride kernel (values printed on real GPUs: test_torch_cuda_known_answers.py);
+with one, against torch.
 """
 import importlib.util
 import json
@@ -12,14 +13,18 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from conftest import run_python
 from xrand.numeric import float32_to_bfloat16_values
 from xrand.streams import make_stream
 from xrand.streams import torch_cuda
 from xrand.streams.torch_cuda import (
-    GPUS, TorchCUDAStream, parse_torch_state, philox4x32_10, torch_state_bytes,
+    TorchCUDAStream, parse_torch_state, philox4x32_10, torch_state_bytes,
 )
 
 DTYPES = ("float16", "bfloat16", "float32", "float64")
+HAVE_NUMBA = importlib.util.find_spec("numba") is not None
+needs_numba = pytest.mark.skipif(not HAVE_NUMBA, reason="numba is not installed")
+ENGINES = ["numpy", pytest.param("numba", marks=needs_numba)]
 
 
 def _cuda_available() -> bool:
@@ -57,25 +62,6 @@ def test_philox_rejects_bad_words():
         philox4x32_10([0, 0, 0], [0, 0])
     with pytest.raises(ValueError, match="32-bit"):
         philox4x32_10([2**32, 0, 0, 0], [0, 0])
-
-
-# -- known values ------------------------------------------------------------------------------
-
-def test_seed0_matches_real_torch_cuda():
-    # torch.randn(3, 4, device="cuda", generator=torch.Generator("cuda").manual_seed(0))[0]
-    # (shared/notes/torch-randn.md); within one wave of threads every GPU gives these.
-    for gpu in GPUS:
-        first_row = TorchCUDAStream(0, gpu=gpu).normal((3, 4), "float32")[0]
-        np.testing.assert_allclose(first_row, [-0.92466259, -0.42534415, -2.6438457, 0.14518388], atol=2e-6)
-
-
-def test_seed0_agrees_with_automatic1111_model():
-    # The full 3x4 printed by AUTOMATIC1111's modules/rng_philox.py (its own NumPy model of the
-    # same kernel, not GPU output): an independent implementation of the mapping.
-    expected = [[-0.92466259, -0.42534415, -2.6438457, 0.14518388],
-                [-0.12086647, -0.57972564, -0.62285122, -0.32838709],
-                [-1.07454231, -0.36314407, -1.67105067, 2.26550497]]
-    np.testing.assert_allclose(TorchCUDAStream(0).normal((3, 4), "float32"), expected, atol=2e-6)
 
 
 # -- a literal transcription of distribution_elementwise_grid_stride_kernel ----------------------
@@ -123,18 +109,19 @@ def test_components_are_box_muller_of_word_pairs():
         np.testing.assert_allclose(f64[idx::threads], expected, atol=1e-14)
 
 
-def _small_gpu(sm_count=1, max_threads_per_sm=256, seed=0):
-    return TorchCUDAStream(seed, sm_count=sm_count, max_threads_per_sm=max_threads_per_sm)
+def _small_gpu(sm_count=1, max_threads_per_sm=256, seed=0, engine="numpy"):
+    return TorchCUDAStream(seed, sm_count=sm_count, max_threads_per_sm=max_threads_per_sm, engine=engine)
 
 
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("n, dtype", [
     (5000, "float32"),    # 5 iterations of 256 threads x 4, the last one partial
     (2 * 1024 + 100, "float32"),  # last iteration uses 100 threads, component 0 only
     (1500, "float64"),    # unroll 2
     (1100, "float64"),
 ])
-def test_many_iterations_equal_the_kernel_loop(n, dtype):
-    stream = _small_gpu(seed=2**40 + 17)
+def test_many_iterations_equal_the_kernel_loop(n, dtype, engine):
+    stream = _small_gpu(seed=2**40 + 17, engine=engine)
     expected = _kernel_reference(2**40 + 17, 0, n, 2 if dtype == "float64" else 4, 256)
     with mock.patch.object(torch_cuda, "_CHUNK_COUNTERS", 512):  # two iterations per chunk
         got = stream.normal((n,), dtype)
@@ -248,10 +235,10 @@ def test_draws_too_large_for_one_launch_are_refused():
 # -- construction and state ----------------------------------------------------------------------
 
 def test_gpu_names_and_geometry_options():
-    assert TorchCUDAStream(0).options() == {"gpu": "H100-SXM"}
-    assert TorchCUDAStream(0, gpu="rtx 4090").options() == {"gpu": "RTX4090"}
+    assert TorchCUDAStream(0).options() == {"gpu": "H100-SXM", "engine": "auto"}
+    assert TorchCUDAStream(0, gpu="rtx 4090", engine="numpy").options() == {"gpu": "RTX4090", "engine": "numpy"}
     custom = TorchCUDAStream(0, sm_count=7, max_threads_per_sm=1024)
-    assert custom.options() == {"sm_count": 7, "max_threads_per_sm": 1024}
+    assert custom.options() == {"sm_count": 7, "max_threads_per_sm": 1024, "engine": "auto"}
     stream = make_stream("torch-cuda", 1, gpu="T4")
     assert isinstance(stream, TorchCUDAStream) and stream.sm_count == 40
 
@@ -263,6 +250,7 @@ def test_gpu_names_and_geometry_options():
     ({"sm_count": 40}, "give both"),
     ({"sm_count": 0, "max_threads_per_sm": 1024}, "sm_count must be an integer >= 1"),
     ({"sm_count": 4, "max_threads_per_sm": 128}, "max_threads_per_sm must be an integer >= 256"),
+    ({"engine": "cuda"}, "unknown torch-cuda engine 'cuda'; accepted: auto, numba, numpy"),
 ])
 def test_bad_geometry_is_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -274,7 +262,7 @@ def test_state_round_trips_through_json():
     stream.normal((4, 100_000), "float32")
     state = json.loads(json.dumps(stream.get_state()))
     assert state == {"stream": "torch-cuda", "seed": 2**64 - 1, "offset": stream.offset, "gpu": "A10",
-                     "sm_count": 72, "max_threads_per_sm": 1536}
+                     "sm_count": 72, "max_threads_per_sm": 1536, "engine": "auto"}
     other = TorchCUDAStream(0)  # an H100 stream takes the A10 geometry from the state
     other.set_state(state)
     np.testing.assert_array_equal(other.normal((3, 99_999), "float64"), stream.normal((3, 99_999), "float64"))
@@ -305,12 +293,70 @@ def test_seed_restarts_the_offset():
     ({"gpu": "T4"}, "state names gpu 'T4'"),
     ({"gpu": "Voodoo2"}, "unknown gpu"),
     ({"extra": 1}, "unexpected \\['extra'\\]"),
+    ({"engine": "fast"}, "unknown torch-cuda engine 'fast'"),
 ])
 def test_malformed_states_are_refused(change, message):
     stream = TorchCUDAStream(0)
     with pytest.raises(ValueError, match=message):
         stream.set_state(dict(stream.get_state(), **change))
     assert stream.get_state() == TorchCUDAStream(0).get_state()  # unchanged
+
+
+def test_state_records_the_engine_and_older_states_load():
+    stream = TorchCUDAStream(3, engine="numpy")
+    stream.normal((1000,), "float32")
+    state = stream.get_state()
+    assert state["engine"] == "numpy"
+    other = TorchCUDAStream(0)
+    other.set_state(state)
+    assert other.options()["engine"] == "numpy" and other.engine == "numpy"
+    older = TorchCUDAStream(0)  # states written before engines existed keep the stream's engine
+    older.set_state({k: v for k, v in state.items() if k != "engine"})
+    assert older.options()["engine"] == "auto" and older.get_state()["offset"] == state["offset"]
+
+
+# -- the numba engine gives the NumPy engine's values -------------------------------------------
+
+@needs_numba
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("geometry", [{"gpu": "H100"}, {"gpu": "T4"}, {"sm_count": 1, "max_threads_per_sm": 256}])
+def test_numba_engine_equals_numpy_engine(dtype, geometry):
+    for offset in (0, 4, 2**34 + 8):
+        numpy_engine = TorchCUDAStream(2**40 + 3, engine="numpy", **geometry)
+        numba_engine = TorchCUDAStream(2**40 + 3, engine="numba", **geometry)
+        assert numba_engine.engine == "numba"
+        for stream in (numpy_engine, numba_engine):
+            stream.set_state(dict(stream.get_state(), offset=offset))
+        for shape in [(1,), (3, 5), (1, 4, 64, 64), (1_000_003,), (2, 4, 128, 128)]:
+            a, b = numpy_engine.normal(shape, dtype), numba_engine.normal(shape, dtype)
+            assert a.dtype == b.dtype and a.shape == b.shape
+            assert np.array_equal(a.view(np.uint8), b.view(np.uint8)), f"{shape} {dtype} offset {offset}"
+        assert numba_engine.offset == numpy_engine.offset
+
+
+def test_auto_engine_is_numba_when_installed():
+    assert TorchCUDAStream(0).engine == ("numba" if HAVE_NUMBA else "numpy")
+
+
+@needs_numba
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+def test_numba_engine_works_in_a_forked_child():
+    # the child makes its own pool threads (it has none of its parent's)
+    code = ("import os, hashlib\n"
+            "from xrand.streams.torch_cuda import TorchCUDAStream\n"
+            "s = TorchCUDAStream(8, engine='numba')\n"
+            "s.normal((3_000_000,), 'float32')\n"
+            "expected = TorchCUDAStream(0, engine='numpy')\n"
+            "expected.set_state(dict(s.get_state(), engine='numpy'))\n"
+            "want = hashlib.sha1(expected.normal((3_000_000,), 'float32').tobytes()).hexdigest()\n"
+            "pid = os.fork()\n"
+            "if pid == 0:\n"
+            "    got = hashlib.sha1(s.normal((3_000_000,), 'float32').tobytes()).hexdigest()\n"
+            "    print(got == want, flush=True)\n"
+            "    os._exit(0)\n"
+            "print(os.waitpid(pid, 0)[1])")
+    result = run_python(code)
+    assert result.stdout.split() == ["True", "0"], result.stderr
 
 
 def test_malformed_state_shapes_are_refused():

@@ -12,11 +12,7 @@ import sys
 import time
 from typing import Dict, List, Optional
 
-USER_ERRORS = (ValueError, TypeError, FileNotFoundError, NotADirectoryError, PermissionError, RuntimeError)
-
-
-class UserError(Exception):
-    """A mistake in the command line, reported in one line."""
+from .checks import UsageError
 
 
 def default_model() -> str:
@@ -25,36 +21,41 @@ def default_model() -> str:
 
 
 def import_frameworks(names: List[str]) -> None:
-    from .pipelines.quiet import silenced
+    from .pipelines.frameworks import framework
 
-    with silenced():
-        for name in names:
-            if name == "torch":
-                import diffusers  # noqa: F401
-            elif name == "mindspore":
-                import mindone.diffusers  # noqa: F401
+    for name in names:
+        framework(name).import_library()
 
 
-def _settings(args) -> "Settings":
-    from .pipelines.ddim import Settings
+def _settings(args, **override) -> "Settings":
+    from .pipelines.schedulers import parse_option
+    from .pipelines.settings import Settings
+    from .pipelines.sides import check_settings
 
-    from .pipelines.ddim import check_model
-
-    settings = Settings(model=args.model or default_model(), steps=args.steps, seed=args.seed,
-                        batch_size=args.batch_size, eta=args.eta, stream=args.stream, dtype=args.dtype).check()
-    check_model(settings.model)
+    options = dict(parse_option(text) for text in args.scheduler_option or [])
+    values = dict(model=args.model or default_model(), steps=args.steps, seed=args.seed,
+                  batch_size=args.batch_size, eta=args.eta, stream=args.stream, dtype=args.dtype,
+                  pipeline=args.pipeline, scheduler=args.scheduler, scheduler_options=options, prompt=args.prompt,
+                  negative_prompt=args.negative_prompt, guidance_scale=args.guidance_scale, height=args.height,
+                  width=args.width)
+    values.update(override)
+    settings = Settings(**values)
+    check_settings(settings)  # before the frameworks' imports (seconds)
     return settings
 
 
 def _devices(pairs: List[str]) -> Dict[str, str]:
+    from .backends.mindspore import device_target
+    from .pipelines.frameworks import FRAMEWORKS
+
     devices = {}
     for pair in pairs or []:
         framework, sep, device = pair.partition("=")
-        if not sep or framework not in ("torch", "mindspore") or not device:
-            raise UserError(f"--device {pair!r}: expected FRAMEWORK=DEVICE with FRAMEWORK torch or mindspore, "
-                            "e.g. torch=cuda:0 or mindspore=Ascend")
-        if framework == "mindspore" and device.partition(":")[0].lower() not in ("cpu", "gpu", "ascend"):
-            raise UserError(f"unknown MindSpore device {device!r}; accepted: CPU, GPU, Ascend")
+        if not sep or framework not in FRAMEWORKS or not device:
+            raise UsageError(f"--device {pair!r}: expected FRAMEWORK=DEVICE with FRAMEWORK one of "
+                             f"{', '.join(FRAMEWORKS)}, e.g. torch=cuda:0 or mindspore=Ascend")
+        if framework == "mindspore":
+            device_target(device)
         devices[framework] = device
     return devices
 
@@ -72,16 +73,18 @@ def cmd_compare(args) -> int:
         check_tolerance(args.tolerance)
     out_dir = args.out or time.strftime("xrand-compare-%Y%m%d-%H%M%S")
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-        raise UserError(f"--out {out_dir!r} exists and is not a folder")
+        raise UsageError(f"--out {out_dir!r} exists and is not a folder")
     if args.files:
         if len(args.files) != 2:
-            raise UserError(f"compare takes two side files (from 'xrand run'), got {len(args.files)}")
+            raise UsageError(f"compare takes two side files (from 'xrand run'), got {len(args.files)}")
         from .pipelines.sidefile import load_side
 
         a, b = (load_side(path) for path in args.files)
         if args.lockstep:
-            raise UserError("--lockstep needs both frameworks in one process; it cannot work from side files")
+            raise UsageError("--lockstep needs both frameworks in one process; it cannot work from side files")
         comparison = compare_sides(a, b, args.tolerance)
+    elif (args.scheduler or "").lower() == "all":
+        return _compare_matrix(args, out_dir)
     else:
         devices = _devices(args.device)
         settings = _settings(args)
@@ -100,12 +103,43 @@ def cmd_compare(args) -> int:
     return 0 if comparison.passed else 1
 
 
-def cmd_run(args) -> int:
-    from .pipelines.ddim import run_side
-    from .pipelines.sidefile import save_side
+def _compare_matrix(args, out_dir: str) -> int:
+    """``--scheduler all``: every shared image scheduler, one row each, matrix.json/.md/.png."""
+    from .pipelines.matrix import run_matrix, write_matrix
 
-    if args.backend not in ("torch", "mindspore"):
-        raise UserError(f"--backend {args.backend!r}: accepted: torch, mindspore")
+    if args.scheduler_option:
+        raise UsageError("--scheduler-option cannot be combined with --scheduler all (each row has its own options)")
+    devices = _devices(args.device)
+    settings = _settings(args, scheduler=None)
+    _say(args, f"xrand: every shared scheduler on {settings.model}, diffusers (torch) vs mindone.diffusers "
+               f"(MindSpore), {settings.steps} steps")
+    import_frameworks(["torch", "mindspore"])
+
+    def progress(row):
+        _say(args, f"  {row.verdict.upper():5} {row.label:<60} rel L2 "
+                   f"{'-' if row.rel_l2 is None else format(row.rel_l2, '.2g')}{' ' + row.error if row.error else ''}")
+
+    m = run_matrix(settings, tolerance=args.tolerance, lockstep_mode=args.lockstep,
+                   torch_device=devices.get("torch", "cpu"), mindspore_device=devices.get("mindspore"),
+                   quiet=True, mindspore_mode=args.mindspore_mode, progress=progress)
+    paths = write_matrix(m, out_dir)
+    if args.quiet:
+        print(json.dumps({"verdict": "pass" if m.passed else "fail", "out": out_dir}))
+    else:
+        print(m.summary())
+        print(f"xrand: matrix in {out_dir}/ ({', '.join(os.path.basename(p) for p in paths.values())})")
+    return 0 if m.passed else 1
+
+
+def cmd_run(args) -> int:
+    from .pipelines.frameworks import FRAMEWORKS
+    from .pipelines.sidefile import save_side
+    from .pipelines.sides import run_side
+
+    if args.backend not in FRAMEWORKS:
+        raise UsageError(f"--backend {args.backend!r}: accepted: {', '.join(FRAMEWORKS)}")
+    if (args.scheduler or "").lower() == "all":
+        raise UsageError("--scheduler all needs both frameworks: use it with 'xrand compare'")
     device = _devices(args.device).get(args.backend)
     settings = _settings(args)
     import_frameworks([args.backend])
@@ -164,7 +198,9 @@ def cmd_doctor(args) -> int:
     from .registry import available_backends, get_backend
 
     rows = available_backends()
-    usable = [r.name for r in rows if r.available and r.name in ("torch", "mindspore")]
+    from .pipelines.frameworks import FRAMEWORKS
+
+    usable = [r.name for r in rows if r.available and r.name in FRAMEWORKS]
     import_frameworks(usable)
     info = {
         "active_backend": get_backend(),
@@ -191,17 +227,46 @@ def cmd_doctor(args) -> int:
     return 0
 
 
+def _default(name: str):
+    from dataclasses import fields
+
+    from .pipelines.settings import Settings
+
+    return next(f.default for f in fields(Settings) if f.name == name)
+
+
 def _add_settings(p: argparse.ArgumentParser) -> None:
+    from .pipelines.frameworks import MINDSPORE_MODES
+    from .pipelines.recipes import PIPELINES
+    from .pipelines.settings import DTYPES
+    from .streams import DEFAULT_STREAM
+
     p.add_argument("--model", help="local diffusers folder or hub id (default: the embedded digits model)")
-    p.add_argument("--steps", type=int, default=50, help="DDIM steps (default 50)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the xrand generator (default 0)")
-    p.add_argument("--batch-size", type=int, default=4, help="images per run (default 4)")
-    p.add_argument("--eta", type=float, default=0.0, help="DDIM eta in [0, 1] (default 0)")
-    p.add_argument("--stream", default="torch-cpu", help="noise stream: torch-cpu (default), torch-cuda, pcg64")
-    p.add_argument("--dtype", default="float32", choices=["float32", "float16"], help="model dtype")
+    p.add_argument("--pipeline", help=f"pipeline class ({', '.join(PIPELINES)}; default: the folder's "
+                                      "model_index.json)")
+    p.add_argument("--scheduler", help="scheduler class name (any case) or alias such as euler-a, dpm++-2m-sde; "
+                                       "'all' (compare only) runs every shared scheduler (default: the folder's)")
+    p.add_argument("--scheduler-option", action="append", metavar="KEY=VALUE",
+                   help="scheduler config option or step() argument, VALUE parsed as JSON when it parses, "
+                        "e.g. use_karras_sigmas=true (repeatable)")
+    p.add_argument("--steps", type=int, default=_default("steps"), help=f"denoising steps (default {_default('steps')})")
+    p.add_argument("--seed", type=int, default=_default("seed"), help="seed of the xrand generator (default 0)")
+    p.add_argument("--batch-size", type=int, default=_default("batch_size"),
+                   help=f"images per run (default {_default('batch_size')})")
+    p.add_argument("--eta", type=float, default=_default("eta"), help="eta for schedulers whose step takes it "
+                                                                      "(DDIM, TCD) in [0, 1] (default 0)")
+    p.add_argument("--stream", default=DEFAULT_STREAM,
+                   help=f"noise stream: torch-cpu, torch-cuda, pcg64 (default {DEFAULT_STREAM})")
+    p.add_argument("--dtype", default=_default("dtype"), choices=list(DTYPES), help="model dtype")
+    p.add_argument("--prompt", help="text prompt (text-to-image pipelines)")
+    p.add_argument("--negative-prompt", help="negative prompt (text-to-image pipelines)")
+    p.add_argument("--guidance-scale", type=float, default=_default("guidance_scale"),
+                   help=f"classifier-free guidance scale (default {_default('guidance_scale')})")
+    p.add_argument("--height", type=int, help="image height (text-to-image; default: the model's)")
+    p.add_argument("--width", type=int, help="image width (text-to-image; default: the model's)")
     p.add_argument("--device", action="append", metavar="FRAMEWORK=DEVICE",
                    help="device per framework, e.g. torch=cuda or mindspore=Ascend (repeatable; default CPU)")
-    p.add_argument("--mindspore-mode", default="pynative", choices=["pynative", "graph"],
+    p.add_argument("--mindspore-mode", default=MINDSPORE_MODES[0], choices=list(MINDSPORE_MODES),
                    help="MindSpore execution mode (default pynative; graph compiles the UNet once, "
                         "then runs faster on a CPU)")
     p.add_argument("--quiet", action="store_true", help="no progress bars; one JSON line of result")
@@ -218,7 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="xrand", description="Reproducible diffusion noise across frameworks.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    p = sub.add_parser("compare", help="run the same DDIM pipeline on torch and MindSpore and compare them "
+    p = sub.add_parser("compare", help="run the same pipeline and scheduler on torch and MindSpore and compare them "
                                        "(no arguments: the embedded digits model, offline)")
     p.add_argument("files", nargs="*", metavar="SIDE_FILE", help="two files from 'xrand run' to compare instead")
     _add_settings(p)
@@ -261,7 +326,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 2
     try:
         return args.func(args)
-    except (UserError,) + USER_ERRORS as exc:
+    except UsageError as exc:
         print(f"xrand {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

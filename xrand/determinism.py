@@ -4,6 +4,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Dict, Iterable, Optional
 
+from .checks import UsageError
 from .registry import backend, backend_names
 
 _lock = threading.Lock()
@@ -17,7 +18,7 @@ def _targets(frameworks: Optional[Iterable[str]]):
         if frameworks is None and b.unavailable_reason() is not None:
             continue  # not installed here: nothing to configure
         if frameworks is not None and b.unavailable_reason() is not None:
-            raise RuntimeError(f"cannot make {name!r} deterministic: {b.unavailable_reason()}")
+            raise UsageError(f"cannot make {name!r} deterministic: {b.unavailable_reason()}")
         yield b
 
 

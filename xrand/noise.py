@@ -8,14 +8,20 @@ the active backend's global random state.
 from __future__ import annotations
 
 import random
-from typing import Any, Sequence, Union
+from typing import Any, Dict, Sequence, Tuple
 
 import numpy as np
 
 from .checks import (UsageError, UsageTypeError, check_fits_memory, check_generator_list, check_seed,
                      check_shape, dtype_name)
+from . import registry
+from .backends import Backend
 from .generator import Generator
-from .registry import backend, loaded_backends, usable_backend
+from .registry import backend, get_backend, loaded_backends, usable_backend
+
+# (active backend, generator type) -> the backend that draws it, valid for one registry generation
+_owners: Dict[Tuple[str, type], Backend] = {}
+_owners_generation = -1
 
 
 def manual_seed(seed: int) -> None:
@@ -84,11 +90,23 @@ def randn_tensor(
     return target.randn_native(shape, generator, device, dtype, layout)
 
 
-def _native_backend(generator: Any):
+def _native_backend(generator: Any) -> Backend:
     """The backend that draws ``generator`` natively: the active one if it can, else a loaded one."""
+    global _owners_generation
+    key = (get_backend(), type(generator))
+    if _owners_generation != registry.generation:
+        _owners.clear()
+        _owners_generation = registry.generation
+    owner = _owners.get(key)
+    if owner is None:
+        owner = _owners[key] = _find_native_backend(generator)
+    return owner
+
+
+def _find_native_backend(generator: Any) -> Backend:
     active = backend()
-    if active.is_native_generator(generator):
-        return usable_backend(active.name)
+    if active.is_native_generator(generator) and (active.loaded() or usable_backend(active.name)):
+        return active
     for b in loaded_backends():
         if b.is_native_generator(generator):
             return b

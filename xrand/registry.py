@@ -2,7 +2,7 @@
 
 The active backend is, in order: the innermost ``use_backend`` of this thread or asyncio task,
 else the process-wide ``set_backend``, else the ``XRAND_BACKEND`` environment variable, else
-"torch" when torch is installed, else "numpy".
+"torch" when torch is installed, else "numpy" (those two read once, at the first need).
 """
 from __future__ import annotations
 
@@ -33,6 +33,9 @@ _lock = threading.Lock()
 _entry_points_loaded = False
 
 _process_default: Optional[str] = None
+#: bumped whenever a backend is registered, so caches of backend choices know to start again
+generation = 0
+_default: Optional[str] = None  # XRAND_BACKEND or what is installed, decided at the first need
 _context_choice: contextvars.ContextVar[Optional[str]] = contextvars.ContextVar("xrand_backend", default=None)
 
 
@@ -54,9 +57,11 @@ def register_backend(name: str, factory: Callable[[], Backend], module: Optional
         raise UsageError(f"backend name must be an identifier-like string, got {name!r}")
     if not callable(factory):
         raise UsageTypeError(f"backend factory for {name!r} must be callable, got {factory!r}")
+    global generation
     with _lock:
         _factories[name] = factory
         _instances.pop(name, None)
+        generation += 1
         if module is None:
             _modules.pop(name, None)
         else:
@@ -163,16 +168,23 @@ def available_backends() -> List[BackendInfo]:
 
 
 def _default_name() -> str:
+    """XRAND_BACKEND, else torch when installed, else numpy; read once per process."""
+    global _default
+    if _default is not None:
+        return _default
     env = os.environ.get(ENV_VAR)
     if env:
         try:
-            return _check_name(env)
+            name = _check_name(env)
         except ValueError:
             raise UsageError(
                 f"environment variable {ENV_VAR}={env!r} names no backend; known backends: "
                 f"{', '.join(backend_names())}"
             ) from None
-    return "torch" if module_installed("torch") else "numpy"
+    else:
+        name = "torch" if module_installed("torch") else "numpy"
+    _default = name
+    return name
 
 
 def get_backend() -> str:

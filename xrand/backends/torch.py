@@ -64,12 +64,20 @@ class TorchBackend(Backend):
 
     def randn_native(self, shape, generator, device=None, dtype=None, layout=None) -> Any:
         """torch.Generator(s): diffusers' randn_tensor; numpy.random.Generator(s): mindone's rule."""
+        torch = sys.modules["torch"]
+        if isinstance(generator, torch.Generator) and layout is None and generator.device.type == "cpu" \
+                and (dtype is None or isinstance(dtype, torch.dtype)):
+            # what diffusers does for the usual call (one CPU generator, a CPU or no device), made cheap:
+            # a CPU generator draws on the CPU, so its .to(device) is a no-op
+            if device is None:
+                return torch.randn(shape, generator=generator, dtype=dtype)
+            if isinstance(device, torch.device) and device.type == "cpu":
+                return torch.randn(shape, generator=generator, device=device, dtype=dtype)
         first = generator[0] if isinstance(generator, list) else generator
         if isinstance(first, np.random.Generator):
             if layout is not None:
                 raise UsageError(f"layout={layout!r} cannot be used with a numpy.random.Generator; pass None")
             return super().randn_native(shape, generator, device, dtype)
-        torch = sys.modules["torch"]
         if dtype is not None and not isinstance(dtype, torch.dtype):
             dtype = self.dtype(dtype_name(dtype))
         return self._diffusers_randn(shape, generator, device, dtype, layout)
@@ -78,12 +86,6 @@ class TorchBackend(Backend):
         """diffusers.utils.torch_utils.randn_tensor, line for line (diffusers 0.35)."""
         import torch
 
-        if layout is None and isinstance(generator, torch.Generator) and generator.device.type == "cpu":
-            # what the lines below do for the usual call (one CPU generator, a CPU or no device), made cheap
-            if device is None:  # a CPU generator draws on the CPU, so diffusers' .to("cpu") is a no-op
-                return torch.randn(shape, generator=generator, dtype=dtype, layout=torch.strided)
-            if isinstance(device, torch.device) and device.type == "cpu":  # .to(device) would be a no-op
-                return torch.randn(shape, generator=generator, device=device, dtype=dtype, layout=torch.strided)
         device = self.device(device)
         rand_device = device
         batch_size = shape[0] if shape else 1
@@ -95,7 +97,7 @@ class TorchBackend(Backend):
             if gen_device_type != device.type and gen_device_type == "cpu":
                 rand_device = "cpu"
             elif gen_device_type != device.type and gen_device_type == "cuda":
-                raise ValueError(f"Cannot generate a {device} tensor from a generator of type {gen_device_type}.")
+                raise UsageError(f"Cannot generate a {device} tensor from a generator of type {gen_device_type}.")
 
         if isinstance(generator, list) and len(generator) == 1:
             generator = generator[0]

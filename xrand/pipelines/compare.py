@@ -9,12 +9,15 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
-from .ddim import Settings, Side
+from ..checks import UsageError
 from ..patch import patched
+from .frameworks import check_mindspore_mode
+from .settings import Settings
+from .sides import Loaded, Side, load, run
 
 #: mindone's own torch-vs-MindSpore pipeline tests accept these relative L2 errors.
 DEFAULT_TOLERANCE = {"float32": 5e-3, "float16": 5e-2}
@@ -25,7 +28,7 @@ def metrics(reference: np.ndarray, other: np.ndarray, data_range: Optional[float
     a = np.asarray(reference, dtype=np.float64)
     b = np.asarray(other, dtype=np.float64)
     if a.shape != b.shape:
-        raise ValueError(f"cannot compare arrays of shapes {a.shape} and {b.shape}")
+        raise UsageError(f"cannot compare arrays of shapes {a.shape} and {b.shape}")
     diff = a - b
     norm = float(np.linalg.norm(a))
     out = {
@@ -54,6 +57,7 @@ class Comparison:
     seconds: Dict[str, float]
     environments: Dict[str, Dict[str, Any]]
     images: Dict[str, np.ndarray] = field(repr=False, default_factory=dict)
+    ran: Dict[str, Dict[str, Any]] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -69,7 +73,7 @@ class Comparison:
 
 def compare_sides(a: Side, b: Side, tolerance: Optional[float] = None,
                   local_steps: Optional[List[Dict[str, Any]]] = None) -> Comparison:
-    """Compare two recorded sides; ``ValueError`` if their settings or models differ."""
+    """Compare two recorded sides; ``UsageError`` if their settings, models or classes differ."""
     check_comparable(a, b)
     tolerance = DEFAULT_TOLERANCE[a.settings.dtype] if tolerance is None else check_tolerance(tolerance)
     return Comparison(
@@ -85,66 +89,125 @@ def compare_sides(a: Side, b: Side, tolerance: Optional[float] = None,
                  b.framework + ("" if a.framework != b.framework else " (b)"): b.seconds},
         environments={"a": a.environment, "b": b.environment},
         images={"a": a.images, "b": b.images},
+        ran={"a": a.ran, "b": b.ran},
     )
 
 
 def check_tolerance(tolerance: Any) -> float:
     if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not tolerance >= 0 \
             or math.isinf(tolerance):
-        raise ValueError(f"tolerance must be a finite number >= 0, got {tolerance!r}")
+        raise UsageError(f"tolerance must be a finite number >= 0, got {tolerance!r}")
     return float(tolerance)
 
 
 def check_comparable(a: Side, b: Side) -> None:
+    """Two sides are comparable when they ran the same settings, weights, pipeline and scheduler."""
     mismatched = [
         f"{key}: {getattr(a.settings, key)!r} vs {getattr(b.settings, key)!r}"
-        for key in ("steps", "seed", "batch_size", "eta", "stream", "dtype")
+        for key in Settings.COMPARED
         if getattr(a.settings, key) != getattr(b.settings, key)
     ]
+    for key in ("pipeline", "scheduler", "step_options"):
+        if a.ran.get(key) != b.ran.get(key):
+            mismatched.append(f"{key} run: {a.ran.get(key)!r} vs {b.ran.get(key)!r}")
     if a.model_fingerprint != b.model_fingerprint:
         mismatched.append(f"model: {a.model_fingerprint} vs {b.model_fingerprint}")
     if a.images.shape != b.images.shape or a.states.shape != b.states.shape:
-        mismatched.append(f"image shapes: {a.images.shape} vs {b.images.shape}")
-    if list(a.timesteps) != list(b.timesteps):
+        mismatched.append(f"shapes: images {a.images.shape} vs {b.images.shape}, "
+                          f"steps {a.states.shape} vs {b.states.shape}")
+    elif not np.allclose(a.timesteps, b.timesteps, rtol=1e-3, atol=1e-3):
+        # float timesteps (Karras, EDM) may differ in the last digits between the libraries
         mismatched.append("timesteps differ")
     if mismatched:
-        raise ValueError("the two runs are not comparable: " + "; ".join(mismatched))
+        raise UsageError("the two runs are not comparable: " + "; ".join(mismatched))
 
 
-def lockstep(torch_pipe: Any, ms_pipe: Any, settings: Settings, torch_side: Side,
-             mode: str = "pynative") -> List[Dict[str, Any]]:
-    """Per-step local error: both UNets and schedulers fed torch's sample at every step."""
-    import mindspore as ms
-    import torch
+# -- both sides in one process ----------------------------------------------------------------------------------
+@dataclass
+class Pair:
+    """Both frameworks' pipelines loaded once; :func:`compare_loaded` runs any number of cells."""
 
-    from ..generator import Generator
-    from .ddim import mindspore_mode
+    torch: Loaded
+    mindspore: Loaded
 
-    inputs = [torch_side.initial_noise] + list(torch_side.states[:-1])
-    torch_dtype, ms_dtype = getattr(torch, settings.dtype), getattr(ms, settings.dtype)
-    # Two generators drawn exactly as in free running: the initial noise first, then per step.
-    gens = [Generator(settings.seed, stream=settings.stream) for _ in range(2)]
-    for g in gens:
-        g.normal(inputs[0].shape, settings.dtype)
-    torch_pipe.scheduler.set_timesteps(settings.steps)
-    ms_pipe.scheduler.set_timesteps(settings.steps)
-    device = torch_pipe.unet.device
+    def sides(self) -> List[Loaded]:
+        return [self.torch, self.mindspore]
+
+
+def load_pair(settings: Settings, torch_device: str = "cpu", mindspore_device: Optional[str] = None,
+              quiet: bool = False) -> Pair:
+    """Load the settings' model and pipeline on torch and on MindSpore (the same weights)."""
+    return Pair(torch=load("torch", settings, torch_device, quiet),
+                mindspore=load("mindspore", settings, mindspore_device, quiet))
+
+
+def lockstep_side(loaded: Loaded, settings: Settings, inputs: List[np.ndarray], mode: str = "pynative",
+                  hook: Optional[Callable[..., None]] = None) -> List[Dict[str, np.ndarray]]:
+    """Each step of one side fed ``inputs[i]`` (the reference trajectory): its model output and its
+    next sample. ``hook(index, timestep, unet_args, unet_kwargs)`` sees every UNet call's inputs
+    (framework tensors, after ``scale_model_input`` and guidance duplication) before it runs.
+    """
+    from .brownian import use_xrand_brownian
+    from .recipes import step_arguments
+    from .sides import CountingGenerator
+
+    loaded.use_scheduler(settings)
+    fw, pipe, recipe = loaded.fw, loaded.pipe, loaded.recipe
+    dtype = fw.dtype(settings.dtype)
+    # The generator drawn exactly as in free running: the initial noise first, then per step.
+    generator = CountingGenerator(settings.seed, stream=settings.stream)
+    generator.normal(inputs[0].shape, settings.dtype)
     rows = []
-    with patched(), torch.no_grad(), mindspore_mode(mode):
-        for i, t in enumerate(torch_pipe.scheduler.timesteps):
-            x_pt = torch.from_numpy(inputs[i]).to(device=device, dtype=torch_dtype)
-            x_ms = ms.tensor(inputs[i], dtype=ms_dtype)
-            eps_pt = torch_pipe.unet(x_pt, t).sample
-            eps_ms = ms_pipe.unet(x_ms, ms_pipe.scheduler.timesteps[i])[0]
-            out_pt = torch_pipe.scheduler.step(eps_pt, t, x_pt, eta=settings.eta, generator=gens[0]).prev_sample
-            out_ms = ms_pipe.scheduler.step(eps_ms, ms_pipe.scheduler.timesteps[i], x_ms, eta=settings.eta,
-                                            generator=gens[1])[0]
-            rows.append({
-                "timestep": int(t),
-                "model_output": metrics(eps_pt.float().cpu().numpy(), eps_ms.float().asnumpy()),
-                "sample": metrics(out_pt.float().cpu().numpy(), out_ms.float().asnumpy()),
-            })
+    with patched(), loaded.context(mode):
+        scheduler = pipe.scheduler
+        use_xrand_brownian(scheduler, generator, fw.name)
+        scheduler.set_timesteps(settings.steps)
+        cond = recipe.conditioning(fw, pipe, settings)
+        timesteps = scheduler.timesteps
+        for i, t in enumerate(timesteps):
+            if i >= len(inputs):
+                break
+            sample = fw.tensor(inputs[i], dtype, fw.model_device(pipe))
+            model_input = scheduler.scale_model_input(sample, t)
+            args, kwargs = recipe.unet_inputs(fw, pipe, model_input, t, cond, settings)
+            if hook is not None:
+                hook(i, t, args, kwargs)
+            output = recipe.guide(fw, pipe.unet(*args, **kwargs)[0], settings)
+            step_kwargs = step_arguments(scheduler, generator, settings, loaded.step_options, timesteps, i)
+            nxt = scheduler.step(output, t, sample, **step_kwargs, return_dict=False)[0]
+            rows.append({"timestep": float(t), "model_output": fw.to_numpy(output), "sample": fw.to_numpy(nxt)})
     return rows
+
+
+def lockstep(pair: Pair, settings: Settings, torch_side: Side, mode: str = "pynative") -> List[Dict[str, Any]]:
+    """Per-step local error: both denoisers and schedulers fed torch's sample at every step."""
+    inputs = [torch_side.initial_noise] + list(torch_side.states[:-1])
+    a = lockstep_side(pair.torch, settings, inputs, mode)
+    b = lockstep_side(pair.mindspore, settings, inputs, mode)
+    return [{"timestep": x["timestep"], "model_output": metrics(x["model_output"], y["model_output"]),
+             "sample": metrics(x["sample"], y["sample"])} for x, y in zip(a, b)]
+
+
+def compare_loaded(pair: Pair, settings: Settings, tolerance: Optional[float] = None, lockstep_mode: bool = False,
+                   mindspore_mode: str = "pynative") -> Comparison:
+    """One comparison (a sweep's cell) on pipelines already loaded by :func:`load_pair`."""
+    from .environment import fingerprint
+
+    check_mindspore_mode(mindspore_mode)
+    if tolerance is not None:
+        check_tolerance(tolerance)
+    with patched():  # once for both runs: (un)patching scans every loaded module
+        a = run(pair.torch, settings)
+        b = run(pair.mindspore, settings, mindspore_mode)
+        a.environment = fingerprint(["torch"])
+        b.environment = fingerprint(["mindspore"])
+        b.environment["mindspore_mode"] = mindspore_mode
+        local = None
+        if lockstep_mode:
+            start = time.perf_counter()
+            local = lockstep(pair, settings, a, mindspore_mode)
+            a.environment["lockstep_seconds"] = time.perf_counter() - start
+    return compare_sides(a, b, tolerance, local)
 
 
 def compare_frameworks(settings: Settings, torch_device: str = "cpu", mindspore_device: Optional[str] = None,
@@ -154,26 +217,8 @@ def compare_frameworks(settings: Settings, torch_device: str = "cpu", mindspore_
 
     ``mindspore_mode``: ``"pynative"`` (MindSpore's default) or ``"graph"``.
     """
-    from .ddim import (_mindspore_device, check_mindspore_mode, load_mindspore_pipeline, load_torch_pipeline,
-                       run_pipeline)
-    from .environment import fingerprint
-
-    settings.check()
     check_mindspore_mode(mindspore_mode)
     if tolerance is not None:
         check_tolerance(tolerance)
-    ms_device = _mindspore_device(mindspore_device)
-    torch_pipe = load_torch_pipeline(settings.model, settings.dtype, torch_device, quiet)
-    ms_pipe = load_mindspore_pipeline(settings.model, settings.dtype, quiet)
-    with patched():  # once for both runs: (un)patching scans every loaded module
-        a = run_pipeline("torch", torch_pipe, settings, torch_device)
-        b = run_pipeline("mindspore", ms_pipe, settings, ms_device, mindspore_mode)
-    a.environment = fingerprint(["torch"])
-    b.environment = fingerprint(["mindspore"])
-    b.environment["mindspore_mode"] = mindspore_mode
-    local = None
-    if lockstep_mode:
-        start = time.perf_counter()
-        local = lockstep(torch_pipe, ms_pipe, settings, a, mindspore_mode)
-        a.environment["lockstep_seconds"] = time.perf_counter() - start
-    return compare_sides(a, b, tolerance, local)
+    pair = load_pair(settings, torch_device, mindspore_device, quiet)
+    return compare_loaded(pair, settings, tolerance, lockstep_mode, mindspore_mode)

@@ -3,13 +3,14 @@
 Several ``mindspore.mint`` operators that mindone calls have Ascend kernels only; on a CPU
 they fail with "The kernel X unregistered". :func:`install` swaps each of them for the same
 math built from MindSpore operators that have CPU kernels, wherever mindone looks it up, so
-mindone's own ``DDIMPipeline`` runs unchanged. It does nothing unless MindSpore's device
-target is ``"CPU"`` (Ascend and GPU keep their own kernels); :func:`uninstall` puts every
-original object back.
+mindone's own pipelines (DDIM, Stable Diffusion) and schedulers run unchanged. ``Tensor.lerp``
+has a CPU kernel but gives NaN for a -inf start where torch gives -inf; it is replaced too.
+It does nothing unless MindSpore's device target is ``"CPU"`` (Ascend and GPU keep their own
+kernels); :func:`uninstall` puts every original object back.
 
-    from xrand.pipelines import ddim, mindspore_cpu
+    from xrand.pipelines import frameworks, mindspore_cpu
     mindspore_cpu.tune_cpu_runtime()                   # once per process
-    with mindspore_cpu.cpu_fallbacks(), ddim.mindspore_mode("graph"):
+    with mindspore_cpu.cpu_fallbacks(), frameworks.mindspore_mode("graph"):
         images = mindone_pipeline(...)
 
 The fallbacks compile in MindSpore's graph mode too (each Cell compiled on its first call).
@@ -32,6 +33,9 @@ from mindspore import ops
 
 # (owner, attribute name, original object) for every attribute install() replaced.
 _patched: list[tuple[object, str, object]] = []
+# Stands for an attribute the owner only inherits (Tensor.lerp comes from the C++ TensorPy):
+# uninstall() deletes the override instead of setting anything back.
+_INHERITED = object()
 # The original objects and the fallback that replaces each, keyed by id(original).
 _replacements: dict[int, tuple[object, object]] = {}
 
@@ -44,9 +48,11 @@ _SCANNED_PREFIXES = ("mindone.", "mindspore.mint")
 # Missing CPU kernels below were found by running mindone 0.5.0's UNet2DModel and
 # DDIMScheduler on MindSpore 2.10.0, device_target "CPU". The fallbacks import nothing
 # inside their bodies so that they also compile in MindSpore's graph mode (ms.jit).
-# Also without CPU kernels, but not on this path (so not replaced): mint.stack (StackExt),
-# mint.mm (Mm), mint.full (FillScalar), mint.randn (InplaceNormal), mint.nn.functional.unfold
-# (Im2ColExt).
+# The scheduler and Stable Diffusion fallbacks further down were found the same way with the
+# schedulers both libraries share and mindone's StableDiffusionPipeline (CLIP text encoder,
+# UNet2DConditionModel, AutoencoderKL).
+# Also without CPU kernels, but not on these paths (so not replaced): mint.mm (Mm), mint.randn
+# (InplaceNormal), mint.nn.functional.unfold (Im2ColExt).
 
 
 def _arange(start=0, end=None, step=1, *, dtype=None):
@@ -119,11 +125,144 @@ def _conv2d_construct(self, input):
     return _conv2d(input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
 
 
+# ------------------------------------------------ schedulers and Stable Diffusion
+_INTEGER_DTYPES = (ms.bool_, ms.int8, ms.int16, ms.int32, ms.int64, ms.uint8, ms.uint16, ms.uint32, ms.uint64)
+
+
+def _to_float(x):
+    """Integer and bool tensors as float32, as torch promotes them for float-valued math."""
+    return x.astype(ms.float32) if x.dtype in _INTEGER_DTYPES else x
+
+
+def _atan2(input, other):
+    """mint.atan2 (kernel Atan2Ext): ops.atan2 (Atan2) after torch's integer-to-float promotion."""
+    input, other = _to_float(input), _to_float(other)
+    if input.dtype != other.dtype:  # e.g. float16 with float32: the wider one, as torch does
+        input, other = input.astype(ms.float32), other.astype(ms.float32)
+    return ops.atan2(input, other)
+
+
+def _stack(tensors, dim=0):
+    """mint.stack (kernel StackExt): ops.stack (Stack) has a CPU kernel."""
+    return ops.stack(tuple(tensors), dim)
+
+
+def _zeros_like(input, *, dtype=None):
+    """mint.zeros_like (kernel ZerosLikeExt): ops.zeros (Zeros) of the input's shape and dtype."""
+    return ops.zeros(input.shape, input.dtype if dtype is None else dtype)
+
+
+def _fill_dtype(fill_value, dtype):
+    if dtype is not None:
+        return dtype
+    if isinstance(fill_value, ms.Tensor):
+        return fill_value.dtype
+    if isinstance(fill_value, bool):
+        return ms.bool_
+    return ms.int64 if isinstance(fill_value, int) else ms.float32
+
+
+def _full(size, fill_value, *, dtype=None):
+    """mint.full (kernel FillScalar): ops.fill (Fill); dtype inferred from the value as torch does.
+
+    (ops.full makes ``full((2,), 3.0)`` an int64 tensor, measured on MindSpore 2.10.)
+    """
+    dtype = _fill_dtype(fill_value, dtype)
+    if isinstance(fill_value, ms.Tensor):
+        return fill_value.astype(dtype).reshape(()).broadcast_to(tuple(size)).copy()
+    return ops.fill(dtype, tuple(size), fill_value)
+
+
+def _linspace(start, end, steps, *, dtype=None):
+    """mint.linspace (kernel LinSpaceExt) with torch's CPU formula, so the values match torch bit for bit.
+
+    torch (aten/src/ATen/native/cpu/RangeFactoriesKernel.cpp): step = (end - start) / (steps - 1)
+    in the output precision (double for integer outputs); the first half counts up from start,
+    the second half down from end.
+    """
+    dtype = ms.float32 if dtype is None else dtype
+    if isinstance(start, ms.Tensor):
+        start = start.item()
+    if isinstance(end, ms.Tensor):
+        end = end.item()
+    if steps == 0:
+        return ops.zeros((0,), dtype)
+    if steps == 1:
+        return ops.fill(dtype, (1,), start)
+    compute = ms.float64 if dtype in _INTEGER_DTYPES or dtype == ms.float64 else ms.float32
+    first, last = ms.tensor(start, compute), ms.tensor(end, compute)
+    step = (last - first) / ms.tensor(steps - 1, compute)
+    index = ops.arange(0, steps, 1, dtype=compute)
+    up = first + step * index
+    down = last - step * (ms.tensor(steps - 1, compute) - index)
+    return ops.where(index < steps // 2, up, down).astype(dtype)
+
+
+def _log(input):
+    """mint.log: the CPU Log kernel has no integer types; torch returns float32 for them."""
+    return ops.log(_to_float(input))
+
+
+def _lerp(input, end, weight):
+    """Tensor.lerp / mint.lerp with torch's formula: MindSpore's Lerp turns a -inf start into NaN.
+
+    torch (aten/src/ATen/native/Lerp.h): start + w * (end - start) for |w| < 0.5, else
+    end - (end - start) * (1 - w); with start = -inf that gives -inf, which KDPM2's
+    log-sigma interpolation needs (its last sigma is 0).
+    """
+    diff = end - input
+    if isinstance(weight, ms.Tensor):
+        return ops.where(ops.abs(weight) < 0.5, input + weight * diff, end - diff * (1 - weight))
+    if abs(weight) < 0.5:
+        return input + weight * diff
+    return end - diff * (1 - weight)
+
+
+def _nonzero(input, *, as_tuple=False):
+    """Tensor.nonzero: as_tuple=True has only an Ascend kernel (NonZeroExt); the CPU's NonZero
+    gives the (n, ndim) index matrix, whose columns are the tuple. A 0-d tensor counts as 1-d,
+    as in torch."""
+    if input.ndim == 0:
+        input = input.reshape((1,))
+        if not as_tuple:  # torch: shape (n, 0) for a 0-d input
+            return ops.nonzero(input)[:, :0]
+    indices = ops.nonzero(input)
+    if not as_tuple:
+        return indices
+    return tuple(indices[:, i] for i in range(input.ndim))
+
+
+def _gelu(input, approximate="none"):
+    """mint.nn.functional.gelu (kernel GeluExt): ops.gelu (GeLU / FastGeLU tanh form)."""
+    return ops.gelu(input, approximate=approximate)
+
+
+def _layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """mint.nn.functional.layer_norm (kernel LayerNormExt): the LayerNorm primitive, which has a CPU
+    kernel, over the last ``len(normalized_shape)`` axes."""
+    if isinstance(normalized_shape, int):
+        normalized_shape = (normalized_shape,)
+    normalized_shape = tuple(normalized_shape)
+    axis = input.ndim - len(normalized_shape)
+    if 0 in input.shape:  # the CPU LayerNorm kernel rejects empty input; torch returns it empty
+        return ops.zeros(input.shape, input.dtype)
+    if weight is None:
+        weight = ops.ones(normalized_shape, input.dtype)
+    if bias is None:
+        bias = ops.zeros(normalized_shape, input.dtype)
+    return ops.LayerNorm(axis, axis, eps)(input, weight, bias)[0]
+
+
+def _layer_norm_construct(self, input):
+    """mint.nn.LayerNorm.construct (LayerNormExt), calling the CPU layer norm."""
+    return _layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
+
+
 def _targets() -> list[tuple[object, str, object]]:
     """(owner, attribute, fallback) for each operator replaced on a CPU."""
     import mindspore.mint as mint
     import mindspore.mint.nn.functional as F
-    from mindspore.mint.nn import Conv2d
+    from mindspore.mint.nn import Conv2d, LayerNorm
 
     return [
         (mint, "arange", _arange),
@@ -131,6 +270,20 @@ def _targets() -> list[tuple[object, str, object]]:
         (F, "pad", _pad),
         (F, "conv2d", _conv2d),
         (Conv2d, "construct", _conv2d_construct),
+        # schedulers (DDPM, IPNDM, KDPM2, UniPC, SASolver, EDMEuler, DPMSolverSDE, Cosine...)
+        (ms.Tensor, "nonzero", _nonzero),
+        (ms.Tensor, "lerp", _lerp),
+        (mint, "lerp", _lerp),
+        (mint, "atan2", _atan2),
+        (mint, "stack", _stack),
+        (mint, "linspace", _linspace),
+        (mint, "zeros_like", _zeros_like),
+        (mint, "full", _full),
+        (mint, "log", _log),
+        # Stable Diffusion (CLIP text encoder, transformer blocks)
+        (F, "layer_norm", _layer_norm),
+        (LayerNorm, "construct", _layer_norm_construct),
+        (F, "gelu", _gelu),
     ]
 
 
@@ -162,8 +315,9 @@ def install() -> bool:
     if not _on_cpu():
         return False
     for owner, name, fallback in _targets():
-        original = vars(owner)[name]
-        _replacements[id(original)] = (original, fallback)
+        original = vars(owner).get(name, _INHERITED)
+        if original is not _INHERITED:
+            _replacements[id(original)] = (original, fallback)
         _set(owner, name, fallback, original)
     for module in _scanned_modules():
         for name, value in list(vars(module).items()):
@@ -181,7 +335,10 @@ def uninstall() -> None:
     if not _patched:
         return
     for owner, name, original in reversed(_patched):
-        setattr(owner, name, original)
+        if original is _INHERITED:
+            delattr(owner, name)
+        else:
+            setattr(owner, name, original)
     by_fallback = {id(fb): orig for orig, fb in _replacements.values()}
     for module in _scanned_modules():
         for name, value in list(vars(module).items()):

@@ -48,7 +48,7 @@ def report_dict(c: Comparison) -> Dict[str, Any]:
         "verdict": "pass" if c.passed else "fail",
         "summary": c.verdict(),
         "frameworks": c.frameworks,
-        "settings": asdict(c.settings),
+        "settings": dict(asdict(c.settings), ran=c.ran),
         "tolerance": {"metric": "rel_l2 of the final images", "value": c.tolerance},
         "final": c.final,
         "initial_noise": c.initial_noise,

@@ -12,7 +12,9 @@ from typing import Any, Dict
 
 import numpy as np
 
-from .ddim import Settings, Side
+from .settings import Settings
+from .sides import Side
+from ..checks import UsageError
 from .report import atomic_path
 
 SIDE_VERSION = 1
@@ -31,6 +33,7 @@ def save_side(side: Side, path: str) -> str:
         "model_fingerprint": side.model_fingerprint,
         "device": side.device,
         "environment": side.environment,
+        "ran": side.ran,
     }
     tensors = {name: np.ascontiguousarray(getattr(side, name), dtype=np.float32) for name in _TENSORS}
     folder = os.path.dirname(os.path.abspath(path))
@@ -45,15 +48,15 @@ def load_side(path: str) -> Side:
     from safetensors import safe_open
 
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"side file {path!r} does not exist")
+        raise UsageError(f"side file {path!r} does not exist")
     try:
         with safe_open(path, framework="numpy") as f:
             meta_text = (f.metadata() or {}).get("xrand_side")
             tensors = {name: f.get_tensor(name) for name in f.keys()}
     except Exception as exc:  # safetensors raises its own error types for damaged files
-        raise ValueError(f"{path!r} is not a readable xrand side file (truncated or not safetensors): {exc}") from None
+        raise UsageError(f"{path!r} is not a readable xrand side file (truncated or not safetensors): {exc}") from None
     if meta_text is None:
-        raise ValueError(f"{path!r} is a safetensors file but not an xrand side file (no xrand_side metadata)")
+        raise UsageError(f"{path!r} is a safetensors file but not an xrand side file (no xrand_side metadata)")
     try:
         meta: Dict[str, Any] = json.loads(meta_text)
         if meta.get("xrand_side") != SIDE_VERSION:
@@ -67,11 +70,12 @@ def load_side(path: str) -> Side:
             images=tensors["images"],
             initial_noise=tensors["initial_noise"],
             states=tensors["states"],
-            timesteps=[int(t) for t in meta["timesteps"]],
+            timesteps=[float(t) for t in meta["timesteps"]],
             seconds=float(meta["seconds"]),
             model_fingerprint=meta["model_fingerprint"],
             environment=meta.get("environment", {}),
             device=meta.get("device", "cpu"),
+            ran=meta.get("ran", {}),
         )
     except (KeyError, TypeError, ValueError) as exc:
-        raise ValueError(f"{path!r} is a damaged xrand side file: {exc}") from None
+        raise UsageError(f"{path!r} is a damaged xrand side file: {exc}") from None

@@ -9,6 +9,9 @@ agree with a GPU to about 1e-6, not bit for bit (docs/torch-cuda.md).
 Which element a thread writes depends on the number of threads launched, which depends on
 the GPU's SM count once a tensor has more elements than one wave of threads: pick the GPU
 with ``gpu=`` (see ``GPUS``) or give ``sm_count`` and ``max_threads_per_sm``.
+
+Engines give the same values: ``numpy`` (vectorised, needs only NumPy) and ``numba``
+(compiled, every core; ``torch_cuda_compiled.py``); ``auto`` picks numba when it is installed.
 """
 from __future__ import annotations
 
@@ -19,8 +22,11 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ._curand import (
+    BLOCK_SIZE, COS_COEF, INV32, MASK32, PHILOX_M, PHILOX_W, PIO2_PARTS, SIN_COEF, TWO_OVER_PI, V_SCALE, V_SHIFT,
+)
 from .base import Stream
-from ..checks import UsageError, check_seed, dtype_name
+from ..checks import UsageError, check_seed, dtype_name, module_installed
 from ..numeric import float32_to_bfloat16_values
 
 #: GPU name -> (SM count, max resident threads per SM), as torch reads them from
@@ -44,20 +50,11 @@ GPUS: Dict[str, Tuple[int, int]] = {
 GPU_ALIASES = {"H100": "H100-SXM"}
 DEFAULT_GPU = "H100-SXM"
 
-BLOCK_SIZE = 256  # DistributionTemplates.h: block_size_bound
+ENGINES = ("auto", "numba", "numpy")
 _INT32_MAX = 2**31 - 1
 _CHUNK_COUNTERS = 2**18  # Philox counters per vectorised chunk (bounds memory)
 
-_MASK32 = np.uint64(0xFFFFFFFF)
 _32 = np.uint64(32)
-_PHILOX_M = (np.uint64(0xD2511F53), np.uint64(0xCD9E8D57))
-_PHILOX_W = (np.uint64(0x9E3779B9), np.uint64(0xBB67AE85))
-
-# curand_globals.h: CURAND_2POW32_INV (2.3283064e-10f, exactly 2**-32) and
-# CURAND_2POW32_INV_2PI (2.3283064e-10f * 6.2831855f, folded in float).
-_INV32 = np.float32(2.3283064e-10)
-_INV32_2PI = np.float32(np.float32(2.3283064e-10) * np.float32(6.2831855))
-_V_SCALE, _V_SHIFT = np.float64(_INV32_2PI), np.float64(_INV32_2PI / np.float32(2))
 
 
 def _norm(name: str) -> str:
@@ -115,11 +112,11 @@ def _philox(x0, x1, x2, x3, k0, k1):
     """Philox4x32-10 on uint64 arrays holding 32-bit words (broadcast together)."""
     for rnd in range(10):
         if rnd:
-            k0 = (k0 + _PHILOX_W[0]) & _MASK32
-            k1 = (k1 + _PHILOX_W[1]) & _MASK32
-        p0 = _PHILOX_M[0] * x0
-        p1 = _PHILOX_M[1] * x2
-        x0, x1, x2, x3 = (p1 >> _32) ^ x1 ^ k0, p1 & _MASK32, (p0 >> _32) ^ x3 ^ k1, p0 & _MASK32
+            k0 = (k0 + PHILOX_W[0]) & MASK32
+            k1 = (k1 + PHILOX_W[1]) & MASK32
+        p0 = PHILOX_M[0] * x0
+        p1 = PHILOX_M[1] * x2
+        x0, x1, x2, x3 = (p1 >> _32) ^ x1 ^ k0, p1 & MASK32, (p0 >> _32) ^ x3 ^ k1, p0 & MASK32
     return x0, x1, x2, x3
 
 
@@ -143,24 +140,50 @@ def philox4x32_10(counter: Any, key: Any) -> np.ndarray:
 
 # -- Box-Muller as in curand_normal.h ------------------------------------------------------------
 
+def _sincos_reduced(r: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """sin r, cos r for |r| <= pi/4 (Cephes polynomials, see _curand.py)."""
+    z = r * r
+    ps, pc = SIN_COEF[0], COS_COEF[0]
+    for cs, cc in zip(SIN_COEF[1:], COS_COEF[1:]):
+        ps = ps * z + cs
+        pc = pc * z + cc
+    return r + r * z * ps, 1.0 - 0.5 * z + z * z * pc
+
+
+def _quadrant(q: np.ndarray, s: np.ndarray, c: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """sin, cos of x = q pi/2 + r from s = sin r and c = cos r."""
+    q = q & 3
+    odd = (q & 1) == 1
+    sin_x = np.where(odd, c, s)
+    cos_x = np.where(odd, s, c)
+    return np.where(q >= 2, -sin_x, sin_x), np.where((q == 1) | (q == 2), -cos_x, cos_x)
+
+
+def _sincos(x: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """sin x, cos x for float64 0 <= x < 8: x reduced by multiples of pi/2, then the polynomials."""
+    j = np.rint(x * TWO_OVER_PI)
+    r = ((x - j * PIO2_PARTS[0]) - j * PIO2_PARTS[1]) - j * PIO2_PARTS[2]
+    return _quadrant(j.astype(np.int64), *_sincos_reduced(r))
+
 def _normal4_rows(x, nrows: int) -> List[np.ndarray]:
     """curand_normal4: (s1 sin v1, s1 cos v1, s2 sin v2, s2 cos v2) from words (x0,x1), (x2,x3).
 
     ``_curand_box_muller``: u and v in float exactly as the GPU (v by a fused multiply-add);
-    ``sqrtf(-2 logf(u))`` with a correctly rounded log; sin/cos in float64, one rounding.
+    ``sqrtf(-2 logf(u))`` with NumPy's log; sin/cos in float64 (``_sincos``), one rounding.
     """
     rows: List[np.ndarray] = []
     for pair in range(min(2, (nrows + 1) // 2)):
         a, b = x[2 * pair], x[2 * pair + 1]
-        u = a.astype(np.float32) * _INV32 + _INV32 / np.float32(2)  # exact product, one rounding
+        u = a.astype(np.float32) * INV32 + INV32 / np.float32(2)  # exact product, one rounding
         # fmaf(b, C, C/2): the float64 product is exact, so one rounding of the float64 sum
         # equals the fused result except in double-rounding ties (about 2**-29 of values).
-        v = (b.astype(np.float64) * _V_SCALE + _V_SHIFT).astype(np.float32).astype(np.float64)
+        v = (b.astype(np.float64) * V_SCALE + V_SHIFT).astype(np.float32).astype(np.float64)
         log_u = np.log(u.astype(np.float64)).astype(np.float32)  # logf
         s = np.sqrt(np.float32(-2.0) * log_u).astype(np.float64)  # sqrtf
-        rows.append((s * np.sin(v)).astype(np.float32))
+        sin_v, cos_v = _sincos(v)
+        rows.append((s * sin_v).astype(np.float32))
         if len(rows) < nrows:
-            rows.append((s * np.cos(v)).astype(np.float32))
+            rows.append((s * cos_v).astype(np.float32))
     return rows
 
 
@@ -168,14 +191,7 @@ def _sincospi(v: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     """sin(pi v), cos(pi v) for v in [0, 2], reduced to |f| <= 1/4 first (like CUDA sincospi)."""
     n = np.rint(2.0 * v)
     a = np.pi * (v - 0.5 * n)  # v - n/2 is exact
-    sa, ca = np.sin(a), np.cos(a)
-    q = n.astype(np.int64) & 3
-    odd = (q & 1) == 1
-    sin_v = np.where(odd, ca, sa)
-    cos_v = np.where(odd, sa, ca)
-    sin_v = np.where(q >= 2, -sin_v, sin_v)
-    cos_v = np.where((q == 1) | (q == 2), -cos_v, cos_v)
-    return sin_v, cos_v
+    return _quadrant(n.astype(np.int64), *_sincos_reduced(a))
 
 
 def _normal2_double_rows(x, nrows: int) -> List[np.ndarray]:
@@ -252,13 +268,25 @@ class TorchCUDAStream(Stream):
     """
 
     name = "torch-cuda"
-    _STATE_KEYS = ("stream", "seed", "offset", "gpu", "sm_count", "max_threads_per_sm")
+    _STATE_KEYS = ("stream", "seed", "offset", "gpu", "sm_count", "max_threads_per_sm", "engine")
 
     def __init__(self, seed: int = 0, gpu: Optional[str] = None, sm_count: Optional[int] = None,
-                 max_threads_per_sm: Optional[int] = None) -> None:
+                 max_threads_per_sm: Optional[int] = None, engine: str = "auto") -> None:
         self.gpu, self.sm_count, self.max_threads_per_sm = _geometry(gpu, sm_count, max_threads_per_sm)
+        self._set_engine(engine)
         self.seed(seed)
         self.initial_seed = seed
+
+    def _set_engine(self, engine: Any) -> None:
+        """``self.engine``: the engine used for ``engine`` (numba for "auto" when installed)."""
+        if engine not in ENGINES:
+            raise UsageError(f"unknown torch-cuda engine {engine!r}; accepted: {', '.join(ENGINES)}")
+        if engine == "numba" and not module_installed("numba"):
+            raise ImportError("torch-cuda engine 'numba' needs numba (pip install xrand[fast]); use engine 'numpy'")
+        self._requested = engine
+        if engine == "auto":
+            engine = "numba" if module_installed("numba") else "numpy"
+        self.engine = engine
 
     def seed(self, seed: int) -> None:
         """Like ``manual_seed``: the whole 64-bit seed is the Philox key, the offset restarts."""
@@ -314,6 +342,12 @@ class TorchCUDAStream(Stream):
         threads = self.launch_threads(n)
         per_iteration = threads * unroll
         iterations = (n - 1) // per_iteration + 1
+        if self.engine == "numba":
+            from . import torch_cuda_compiled
+
+            torch_cuda_compiled.draw(out, threads, unroll, self._offset // 4, self._seed)
+            self._offset += iterations * 4
+            return out
         key0, key1 = np.uint64(self._seed & 0xFFFFFFFF), np.uint64(self._seed >> 32)
         base = self._offset // 4
         transform = _normal2_double_rows if unroll == 2 else _normal4_rows
@@ -322,7 +356,7 @@ class TorchCUDAStream(Stream):
             # iterations k0..k1-1 of threads 0..active-1, components 0..nrows-1
             counter = np.arange(base + k0, base + k1, dtype=np.uint64)[:, None]
             idx = np.arange(active, dtype=np.uint64)[None, :]
-            words = _philox(counter & _MASK32, counter >> _32, idx, np.uint64(0), key0, key1)
+            words = _philox(counter & MASK32, counter >> _32, idx, np.uint64(0), key0, key1)
             block = np.stack(transform(words, nrows), axis=1)  # (iterations, components, threads)
             start = k0 * per_iteration
             take = min(n - start, block.size)
@@ -394,12 +428,14 @@ class TorchCUDAStream(Stream):
             "gpu": self.gpu,
             "sm_count": self.sm_count,
             "max_threads_per_sm": self.max_threads_per_sm,
+            "engine": self._requested,
         }
 
     def set_state(self, state: Dict[str, Any]) -> None:
         if not isinstance(state, dict):
             raise UsageError(f"a torch-cuda state is a dict, got {type(state).__name__}")
-        missing = [key for key in self._STATE_KEYS if key not in state]
+        # states written before engines existed have no "engine": they keep this stream's
+        missing = [key for key in self._STATE_KEYS if key not in state and key != "engine"]
         extra = sorted(set(state) - set(self._STATE_KEYS))
         if missing or extra:
             raise UsageError(
@@ -423,15 +459,16 @@ class TorchCUDAStream(Stream):
                     f"state names gpu {gpu!r} ({GPUS[gpu][0]} SMs x {GPUS[gpu][1]} threads) but has "
                     f"sm_count {sm_count} and max_threads_per_sm {max_threads}"
                 )
+        self._set_engine(state.get("engine", self._requested))
         self.gpu, self.sm_count, self.max_threads_per_sm = gpu, sm_count, max_threads
         self._seed, self._offset = seed, offset
 
     def options(self) -> Dict[str, Any]:
         if self.gpu is not None:
-            return {"gpu": self.gpu}
-        return {"sm_count": self.sm_count, "max_threads_per_sm": self.max_threads_per_sm}
+            return {"gpu": self.gpu, "engine": self._requested}
+        return {"sm_count": self.sm_count, "max_threads_per_sm": self.max_threads_per_sm, "engine": self._requested}
 
     def __repr__(self) -> str:
         where = f"gpu={self.gpu!r}, " if self.gpu else ""
         return (f"<xrand stream 'torch-cuda' {where}{self.sm_count} SMs x {self.max_threads_per_sm} "
-                f"threads, offset {self._offset}>")
+                f"threads, offset {self._offset}, engine {self.engine!r}>")

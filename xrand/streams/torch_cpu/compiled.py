@@ -1,8 +1,9 @@
 """Compiled kernels of the ``torch-cpu`` stream (numba engine); imported only when it is used.
 
-The state is a ``uint32[624]`` key and an ``int64[1]`` position, changed in place. Every
-``*_blocks`` function draws the words for ``out.size`` values (a multiple of 16) and writes
-torch's Box-Muller output, exactly as the matching code in ``torch_cpu.py`` (the reference).
+The state is a ``uint32[624]`` key and an ``int64[1]`` position, changed in place. A draw of
+blocks of 16 puts the untempered words into the output itself (``raw_words``), then a ``*_range``
+function turns them into torch's Box-Muller output in place, exactly as the matching code in
+``reference.py``; the numba-parallel engine runs the ``*_range`` calls on several threads.
 """
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
-from . import torch_cpu as ref
-from .torch_cpu import libm_function
+from . import reference as ref
+from .reference import libm_function
+from .state import N
 
-N, M = 624, 397
+M = 397
 _MATRIX_A = np.uint64(0x9908B0DF)
 _UPPER = np.uint64(0x80000000)
 _LOWER = np.uint64(0x7FFFFFFF)
@@ -24,7 +26,7 @@ _U1, _U7, _U11, _U15, _U18 = (np.uint64(k) for k in (1, 7, 11, 15, 18))
 _TEMPER_B, _TEMPER_C = np.uint64(0x9D2C5680), np.uint64(0xEFC60000)
 _MASK24, _MASK21, _U32 = np.uint64(0xFFFFFF), np.uint64(0x1FFFFF), np.uint64(32)
 
-_SUB = 2048  # values drawn and transformed at a time (stays in L1/L2)
+_SUB = 2048  # values transformed at a time (the scratch stays in L1)
 
 # the float32 constants of avx_mathfun.h, shared with the NumPy reference
 f32 = np.float32
@@ -193,60 +195,89 @@ def _box_muller_avx2_pairs(u1, u2, cos_out, sin_out):
         cos_out[i], sin_out[i] = _box_muller_avx2(_ONE - u1[i], u2[i])
 
 
-@njit(cache=True)
-def float_blocks_avx2(key, pos, out):
-    """float32 blocks of 16 with the AVX2 kernel (native/cpu/DistributionTemplates.h)."""
-    buf = np.empty(_SUB, np.uint32)
+# -- blocks of 16 ------------------------------------------------------------------------------
+# mt19937 must run in order, but each block of 16 values is transformed on its own: a chunk's
+# untempered words are drawn (into the output itself, or a buffer), then its blocks are tempered
+# and transformed, by another thread (nogil) while the next chunk's words are drawn.
+
+PAR_CHUNK = 1 << 17  # values a task transforms (a multiple of 16; its 512 KiB of words stay in L2)
+
+
+@njit(cache=True, nogil=True)
+def raw_words(key, pos, out):
+    """The next ``out.size`` mt19937 state words, untempered (``_temper`` finishes each)."""
+    p = pos[0]
+    i = 0
+    while i < out.size:
+        if p == N:
+            _twist(key)
+            p = 0
+        k = min(N - p, out.size - i)
+        out[i:i + k] = key[p:p + k]
+        i += k
+        p += k
+    pos[0] = p
+
+
+@njit(inline="always")
+def _temper(w):
+    y = np.uint64(w)
+    y ^= y >> _U11
+    y ^= (y << _U7) & _TEMPER_B
+    y ^= (y << _U15) & _TEMPER_C
+    return y ^ (y >> _U18)
+
+
+@njit(inline="always")
+def _round(x, bf16):
+    """``x``, or the nearest bfloat16 (ties to even) when ``bf16``, as numeric.float32_to_bfloat16_values."""
+    if not bf16:
+        return x
+    b = np.uint64(f32_bits(x))
+    return bits_f32((b + np.uint64(0x7FFF) + ((b >> np.uint64(16)) & np.uint64(1))) & np.uint64(0xFFFF0000))
+
+
+@njit(cache=True, nogil=True)
+def float_avx2_range(words, out, lo, hi, bf16):
+    """normal_fill_16_AVX2 on values ``lo:hi``: untempered ``words`` in, ``out`` (may be the same memory) out."""
     half = _SUB // 2
     u1, u2 = np.empty(half, np.float32), np.empty(half, np.float32)
     cos_part, sin_part = np.empty(half, np.float32), np.empty(half, np.float32)
-    for start in range(0, out.size, _SUB):
-        k = min(_SUB, out.size - start)
-        words(key, pos, buf, k)
-        # slot j of each block of 16 pairs with slot j + 8
+    for start in range(lo, hi, _SUB):
+        k = min(_SUB, hi - start)
         for b in range(k // 16):
             for j in range(8):
-                u1[8 * b + j] = _uniform24(buf[16 * b + j])
-                u2[8 * b + j] = _uniform24(buf[16 * b + 8 + j])
+                u1[8 * b + j] = _uniform24(_temper(words[start + 16 * b + j]))
+                u2[8 * b + j] = _uniform24(_temper(words[start + 16 * b + 8 + j]))
         _box_muller_avx2_pairs(u1[: k // 2], u2[: k // 2], cos_part, sin_part)
         for b in range(k // 16):
             for j in range(8):
-                out[start + 16 * b + j] = cos_part[8 * b + j]
-                out[start + 16 * b + 8 + j] = sin_part[8 * b + j]
+                out[start + 16 * b + j] = _round(cos_part[8 * b + j], bf16)
+                out[start + 16 * b + 8 + j] = _round(sin_part[8 * b + j], bf16)
 
 
-@njit  # calls libm through ctypes, so it cannot be cached
-def float_blocks_scalar(key, pos, out):
-    """float32 blocks of 16 with the scalar NormalFill16<float> (libm logf/cosf/sinf)."""
-    buf = np.empty(_SUB, np.uint32)
-    for start in range(0, out.size, _SUB):
-        k = min(_SUB, out.size - start)
-        words(key, pos, buf, k)
-        for b in range(0, k, 16):
-            o = start + b
-            for j in range(8):
-                u1 = _ONE - _uniform24(buf[b + j])
-                u2 = _uniform24(buf[b + 8 + j])
-                radius = np.sqrt(_MINUS_TWO * f32(_logf(u1)))
-                theta = f32(_TWO_PI_D * np.float64(u2))
-                out[o + j] = radius * f32(_cosf(theta)) + _ZERO
-                out[o + 8 + j] = radius * f32(_sinf(theta)) + _ZERO
+@njit(nogil=True)  # calls libm through ctypes, so it cannot be cached
+def float_scalar_range(words, out, lo, hi, bf16):
+    """NormalFill16<float> with libm logf/cosf/sinf on values ``lo:hi``, as float_avx2_range."""
+    for o in range(lo, hi, 16):
+        for j in range(8):  # each j reads and writes only slots j and j + 8
+            u1 = _ONE - _uniform24(_temper(words[o + j]))
+            u2 = _uniform24(_temper(words[o + 8 + j]))
+            radius = np.sqrt(_MINUS_TWO * f32(_logf(u1)))
+            theta = f32(_TWO_PI_D * np.float64(u2))
+            out[o + j] = _round(radius * f32(_cosf(theta)) + _ZERO, bf16)
+            out[o + 8 + j] = _round(radius * f32(_sinf(theta)) + _ZERO, bf16)
 
 
-@njit  # calls libm through ctypes, so it cannot be cached
-def double_blocks(key, pos, out):
-    """float64 blocks of 16 (NormalFill16<double>, libm log/cos/sin), two words a value."""
-    buf = np.empty(2 * _SUB, np.uint32)
-    for start in range(0, out.size, _SUB):
-        k = min(_SUB, out.size - start)
-        words(key, pos, buf, 2 * k)
-        for b in range(0, k, 16):
-            o = start + b
-            for j in range(8):
-                i1, i2 = 2 * (b + j), 2 * (b + 8 + j)
-                u1 = 1.0 - _uniform53(buf[i1], buf[i1 + 1])
-                u2 = _uniform53(buf[i2], buf[i2 + 1])
-                radius = np.sqrt(-2.0 * _log(u1))
-                theta = _TWO_PI_D * u2
-                out[o + j] = radius * _cos(theta) + 0.0
-                out[o + 8 + j] = radius * _sin(theta) + 0.0
+@njit(nogil=True)  # calls libm through ctypes, so it cannot be cached
+def double_range(words, out, lo, hi, bf16):
+    """NormalFill16<double> with libm log/cos/sin on values ``lo:hi``, as float_avx2_range; two words a value."""
+    for o in range(lo, hi, 16):
+        for j in range(8):  # value j's words lie under values j and j + 8 only
+            i1, i2 = 2 * (o + j), 2 * (o + 8 + j)
+            u1 = 1.0 - _uniform53(_temper(words[i1]), _temper(words[i1 + 1]))
+            u2 = _uniform53(_temper(words[i2]), _temper(words[i2 + 1]))
+            radius = np.sqrt(-2.0 * _log(u1))
+            theta = _TWO_PI_D * u2
+            out[o + j] = radius * _cos(theta) + 0.0
+            out[o + 8 + j] = radius * _sin(theta) + 0.0

@@ -1,0 +1,241 @@
+"""Any pipeline and scheduler both libraries ship: recipes, scheduler swaps, lockstep, bad input."""
+import dataclasses
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+import xrand
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("diffusers")
+ms = pytest.importorskip("mindspore")
+pytest.importorskip("mindone.diffusers")
+
+from test_pipelines import make_tiny_model  # noqa: E402
+from xrand.pipelines import schedulers  # noqa: E402
+from xrand.pipelines.compare import compare_loaded, compare_sides, load_pair, lockstep_side  # noqa: E402
+from xrand.pipelines.settings import Settings  # noqa: E402
+from xrand.pipelines.sides import load, run  # noqa: E402
+
+PROMPT = dict(prompt="a red circle", negative_prompt="blue")
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    return make_tiny_model(tmp_path_factory.mktemp("recipes") / "model")
+
+
+@pytest.fixture(scope="module")
+def tiny_pair(tiny_model):
+    return load_pair(Settings(model=tiny_model, steps=2, batch_size=1), quiet=True)
+
+
+@pytest.fixture(scope="module")
+def tiny_sd(tmp_path_factory):
+    from xrand.models.tiny_sd import build_tiny_sd
+
+    return str(build_tiny_sd(tmp_path_factory.mktemp("sd") / "model", seed=0))
+
+
+def tiny(model, **kw):
+    return Settings(**dict(dict(model=model, steps=2, seed=1, batch_size=1), **kw))
+
+
+# -- the scheduler a folder declares is the one that runs ---------------------------------------------------------
+@pytest.fixture(scope="module")
+def euler_a_folder(tiny_model, tmp_path_factory):
+    """The tiny DDIMPipeline folder, its scheduler_config.json declaring EulerAncestral."""
+    folder = tmp_path_factory.mktemp("euler-a") / "model"
+    shutil.copytree(tiny_model, folder)
+    path = folder / "scheduler" / "scheduler_config.json"
+    config = json.loads(path.read_text())
+    config["_class_name"] = "EulerAncestralDiscreteScheduler"
+    path.write_text(json.dumps(config))
+    index = json.loads((folder / "model_index.json").read_text())
+    index["_class_name"], index["scheduler"] = "DDIMPipeline", ["diffusers", "EulerAncestralDiscreteScheduler"]
+    (folder / "model_index.json").write_text(json.dumps(index))
+    return str(folder)
+
+
+def test_folder_declaring_euler_ancestral_runs_euler_ancestral_not_ddim(euler_a_folder, tmp_path):
+    from xrand.pipelines.compare import compare_frameworks
+    from xrand.pipelines.report import write_report
+
+    c = compare_frameworks(tiny(euler_a_folder, steps=3), quiet=True)
+    for side in ("a", "b"):
+        assert c.ran[side]["scheduler"] == "EulerAncestralDiscreteScheduler"
+        assert c.ran[side]["pipeline"] == "denoising_loop"  # DDIMPipeline would turn it into DDIM
+        assert c.ran[side]["noise_draws"] == 3 * 64  # one 8x8 draw per ancestral step
+    # the same draws; x init_noise_sigma (14.6, computed by each library) differs in the last float32 bits
+    assert c.passed and c.initial_noise["rel_l2"] < 1e-6, c.verdict()
+    report = json.load(open(write_report(c, str(tmp_path))["report.json"]))
+    assert report["settings"]["ran"]["a"]["scheduler"] == "EulerAncestralDiscreteScheduler"
+    assert report["settings"]["ran"]["b"]["scheduler_config"]["timestep_spacing"] == "leading"
+
+
+def test_generic_loop_equals_diffusers_own_pipeline_for_euler_ancestral(tiny_model):
+    """The loop does what a library pipeline that honours the scheduler does (as StableDiffusion's)."""
+    from diffusers import EulerAncestralDiscreteScheduler, UNet2DModel
+
+    loaded = load("torch", tiny(tiny_model, scheduler="euler-a", steps=3))
+    side = run(loaded, tiny(tiny_model, scheduler="euler-a", steps=3))
+    unet = UNet2DModel.from_pretrained(tiny_model, subfolder="unet")
+    scheduler = EulerAncestralDiscreteScheduler.from_pretrained(tiny_model, subfolder="scheduler")
+    scheduler.set_timesteps(3)
+    generator = torch.Generator().manual_seed(1)
+    x = torch.randn((1, 1, 8, 8), generator=generator) * scheduler.init_noise_sigma
+    with torch.no_grad():
+        for t in scheduler.timesteps:
+            eps = unet(scheduler.scale_model_input(x, t), t).sample
+            x = scheduler.step(eps, t, x, generator=generator).prev_sample
+    np.testing.assert_array_equal(side.states[-1], x.numpy())
+
+
+def test_sides_whose_classes_differ_are_not_comparable(tiny_pair, tiny_model):
+    c = compare_loaded(tiny_pair, tiny(tiny_model, scheduler="euler"))
+    assert c.passed
+    a = run(tiny_pair.torch, tiny(tiny_model, scheduler="euler"))
+    b = run(tiny_pair.mindspore, tiny(tiny_model, scheduler="euler"))
+    b.ran = dict(b.ran, scheduler="HeunDiscreteScheduler")
+    with pytest.raises(xrand.UsageError, match="scheduler run: 'EulerDiscreteScheduler' vs 'HeunDiscreteScheduler'"):
+        compare_sides(a, b)
+
+
+# -- every scheduler, lockstep included --------------------------------------------------------------------------
+@pytest.mark.parametrize("name, options, draws", [
+    ("HeunDiscreteScheduler", {}, 0),  # second order: 2 * steps - 1 step calls
+    ("KDPM2AncestralDiscreteScheduler", {}, 64),  # noise in the second half of a step, none in the last
+    ("EulerDiscreteScheduler", {"s_churn": 1.0}, 2 * 64),  # a step() argument
+    ("DDIMScheduler", {"eta": 1.0}, 2 * 64),  # DDIMPipeline itself, with eta as a step option
+    ("UnCLIPScheduler", {"beta_schedule": "squaredcos_cap_v2"}, 64),  # prev_timestep as UnCLIPPipeline passes it
+])
+def test_lockstep_for_any_scheduler(tiny_pair, tiny_model, name, options, draws):
+    settings = tiny(tiny_model, scheduler=name, scheduler_options=options)
+    c = compare_loaded(tiny_pair, settings, lockstep_mode=True)
+    assert c.passed, c.verdict()
+    assert c.ran["a"]["pipeline"] == ("DDIMPipeline" if name == "DDIMScheduler" else "denoising_loop")
+    assert c.ran["a"]["noise_draws"] == c.ran["b"]["noise_draws"] == draws
+    second_order = name.startswith(("Heun", "KDPM2"))
+    assert len(c.local_steps) == len(c.timesteps) == (3 if second_order else 2)
+    assert all(r["sample"]["rel_l2"] < 1e-4 for r in c.local_steps)
+
+
+def test_lockstep_hook_sees_the_unet_inputs(tiny_pair, tiny_model):
+    settings = tiny(tiny_model, scheduler="lms")
+    side = run(tiny_pair.torch, settings)
+    seen = []
+    rows = lockstep_side(tiny_pair.torch, settings, [side.initial_noise] + list(side.states[:-1]),
+                         hook=lambda i, t, args, kwargs: seen.append((i, float(t), tuple(args[0].shape))))
+    assert seen == [(0, side.timesteps[0], (1, 1, 8, 8)), (1, side.timesteps[1], (1, 1, 8, 8))]
+    np.testing.assert_allclose(rows[-1]["sample"], side.states[-1], rtol=0, atol=1e-6)
+
+
+# -- text to image --------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def sd_pair(tiny_sd):
+    return load_pair(tiny(tiny_sd, **PROMPT), quiet=True)
+
+
+@pytest.mark.parametrize("scheduler", [None, "euler-a", "dpm++-2m-sde"])
+def test_stable_diffusion_agrees_with_guidance_and_lockstep(sd_pair, tiny_sd, scheduler):
+    settings = tiny(tiny_sd, scheduler=scheduler, guidance_scale=7.5, **PROMPT)
+    c = compare_loaded(sd_pair, settings, lockstep_mode=True)
+    assert c.ran["a"]["pipeline"] == c.ran["b"]["pipeline"] == "StableDiffusionPipeline"
+    assert c.ran["a"]["scheduler"] == (schedulers.resolve(scheduler)[0] if scheduler else "PNDMScheduler")
+    # the same draws (x init_noise_sigma, computed by each library, for Euler-type schedulers)
+    assert c.initial_noise["max_abs"] == 0.0 if scheduler is None else c.initial_noise["rel_l2"] < 1e-6
+    assert c.images["a"].shape == (1, 32, 32, 3)
+    assert c.passed and c.final["rel_l2"] < 1e-4, c.verdict()
+    assert all(r["model_output"]["rel_l2"] < 1e-4 and r["sample"]["rel_l2"] < 1e-4 for r in c.local_steps)
+    if scheduler:  # ancestral and SDE samplers draw one latent-sized noise per step from the xrand generator
+        assert c.ran["a"]["noise_draws"] == c.ran["b"]["noise_draws"] == 2 * 4 * 16 * 16
+
+
+def test_stable_diffusion_guidance_changes_the_images(sd_pair, tiny_sd):
+    guided = run(sd_pair.torch, tiny(tiny_sd, guidance_scale=7.5, **PROMPT))
+    plain = run(sd_pair.torch, tiny(tiny_sd, guidance_scale=1.0, **PROMPT))
+    assert np.abs(guided.images - plain.images).max() > 1e-3
+
+
+def test_stable_diffusion_without_prompt_is_a_usage_error(sd_pair, tiny_sd):
+    with pytest.raises(xrand.UsageError, match=r"StableDiffusionPipeline is text to image: give it a prompt "
+                                               r"\(--prompt TEXT"):
+        run(sd_pair.torch, tiny(tiny_sd))
+
+
+# -- bad input --------------------------------------------------------------------------------------------------------
+def test_unknown_scheduler_option_names_it_and_the_accepted_keys(tiny_model):
+    with pytest.raises(xrand.UsageError, match=r"EulerDiscreteScheduler has no option 'karras'; accepted: config keys "
+                                               r"num_train_timesteps, .*use_karras_sigmas.*; step arguments s_churn"):
+        load("torch", tiny(tiny_model, scheduler="euler", scheduler_options={"karras": True}))
+
+
+def test_a_value_the_scheduler_refuses_is_a_usage_error(tiny_pair, tiny_model):
+    with pytest.raises(xrand.UsageError, match="DPMSolverMultistepScheduler refused the options"):
+        run(tiny_pair.torch, tiny(tiny_model, scheduler="dpm++-2m", scheduler_options={"algorithm_type": "nope"}))
+
+
+def test_pndm_with_too_few_steps_says_why(tiny_pair, tiny_model):
+    with pytest.raises(xrand.UsageError, match="PNDMScheduler with Runge-Kutta steps needs at least 4 steps, got 2"):
+        run(tiny_pair.torch, tiny(tiny_model, scheduler="pndm"))
+
+
+def test_folder_missing_a_component_names_it(tiny_model):
+    with pytest.raises(xrand.UsageError, match=r"has no vae/; the pipeline needs unet, vae, text_encoder, tokenizer, "
+                                               r"scheduler"):
+        load("torch", tiny(tiny_model, pipeline="stablediffusionpipeline", **PROMPT))
+
+
+def test_folder_declaring_a_flow_matching_scheduler_is_refused_before_work(tiny_model, tmp_path):
+    folder = tmp_path / "m"
+    shutil.copytree(tiny_model, folder)
+    path = folder / "scheduler" / "scheduler_config.json"
+    path.write_text(json.dumps(dict(json.loads(path.read_text()), _class_name="FlowMatchEulerDiscreteScheduler")))
+    with pytest.raises(xrand.UsageError, match="FlowMatchEulerDiscreteScheduler cannot drive this model"):
+        load("torch", tiny(str(folder)))
+
+
+def test_scheduler_names_aliases_and_options():
+    assert schedulers.resolve("eulerancestraldiscretescheduler") == ("EulerAncestralDiscreteScheduler", {})
+    assert schedulers.resolve("UniPCMultistep") == ("UniPCMultistepScheduler", {})
+    assert schedulers.resolve("dpm++-2m-sde") == ("DPMSolverMultistepScheduler", {"algorithm_type": "sde-dpmsolver++"})
+    assert schedulers.parse_option("use_karras_sigmas=true") == ("use_karras_sigmas", True)
+    assert schedulers.parse_option("algorithm_type=sde-dpmsolver++") == ("algorithm_type", "sde-dpmsolver++")
+    assert schedulers.parse_option("s_churn=1e-1") == ("s_churn", 0.1)
+    with pytest.raises(xrand.UsageError, match="expected KEY=VALUE"):
+        schedulers.parse_option("karras")
+
+
+def test_every_listed_scheduler_exists_in_both_libraries():
+    import diffusers.schedulers as pt_schedulers
+    import mindone.diffusers.schedulers as ms_schedulers
+
+    for name in schedulers.known_names():
+        assert hasattr(pt_schedulers, name) and hasattr(ms_schedulers, name), name
+    assert {name for name, _ in schedulers.MATRIX} == set(schedulers.IMAGE_SCHEDULERS)
+
+
+def test_mindspore_device_target_and_mode_are_restored_after_a_run(tiny_pair, tiny_model):
+    before = (ms.get_context("device_target"), ms.get_context("mode"))
+    pair = dataclasses.replace(tiny_pair)
+    pair.mindspore.device = "CPU"
+    run(pair.mindspore, tiny(tiny_model), mode="graph")
+    assert (ms.get_context("device_target"), ms.get_context("mode")) == before
+
+
+def test_side_files_carry_the_scheduler_and_what_ran(tiny_pair, tiny_model, tmp_path):
+    from xrand.pipelines.sidefile import load_side, save_side
+
+    settings = tiny(tiny_model, scheduler="dpm++-2m-sde", scheduler_options={"use_karras_sigmas": True})
+    a = load_side(save_side(run(tiny_pair.torch, settings), str(tmp_path / "pt.safetensors")))
+    b = load_side(save_side(run(tiny_pair.mindspore, settings), str(tmp_path / "ms.safetensors")))
+    assert a.settings == settings
+    assert a.ran["scheduler"] == "DPMSolverMultistepScheduler" and a.ran["scheduler_config"]["use_karras_sigmas"]
+    assert compare_sides(a, b).passed
+    other = load_side(save_side(run(tiny_pair.mindspore, tiny(tiny_model, scheduler="euler")),
+                                str(tmp_path / "euler.safetensors")))
+    with pytest.raises(xrand.UsageError, match="not comparable: scheduler: 'DPMSolverMultistepScheduler' vs "
+                                               "'EulerDiscreteScheduler'"):
+        compare_sides(a, other)

@@ -1,0 +1,196 @@
+"""The two frameworks a comparison runs, each behind the same few calls.
+
+A recipe or the generic denoising loop never asks which framework it drives: it calls
+``fw.randn``, ``fw.tensor``, ``fw.to_numpy`` and the library's own classes from ``fw.library``
+(``diffusers`` on torch, ``mindone.diffusers`` on MindSpore, which use the same class names).
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib
+from typing import Any, Iterator, Optional, Tuple
+
+import numpy as np
+
+from ..checks import UsageError
+from .quiet import silenced
+
+#: The frameworks a comparison runs, in report order (the torch side is the reference).
+FRAMEWORKS: Tuple[str, ...] = ("torch", "mindspore")
+MINDSPORE_MODES: Tuple[str, ...] = ("pynative", "graph")
+
+
+def check_framework(framework: Any) -> str:
+    if framework not in FRAMEWORKS:
+        raise UsageError(f"unknown framework {framework!r}; accepted: {', '.join(FRAMEWORKS)}")
+    return framework
+
+
+def check_mindspore_mode(mode: Any) -> str:
+    if mode not in MINDSPORE_MODES:
+        raise UsageError(f"unknown MindSpore mode {mode!r}; accepted: {', '.join(MINDSPORE_MODES)}")
+    return mode
+
+
+@contextlib.contextmanager
+def mindspore_mode(mode: str) -> Iterator[None]:
+    """MindSpore's execution mode inside the block, the previous one after it.
+
+    ``"graph"`` compiles each Cell (the UNet) on its first call: a few seconds once, then a
+    step costs a fraction of PyNative's on a CPU (benchmarks/RESULTS.md, figure 5).
+    """
+    import mindspore as ms
+
+    wanted = {"pynative": ms.PYNATIVE_MODE, "graph": ms.GRAPH_MODE}[check_mindspore_mode(mode)]
+    previous = ms.get_context("mode")
+    if wanted != previous:
+        ms.set_context(mode=wanted)
+    try:
+        yield
+    finally:
+        if ms.get_context("mode") != previous:
+            ms.set_context(mode=previous)
+
+
+class Framework:
+    """One framework and its diffusion library, as the pipelines layer uses them."""
+
+    name: str = ""
+    library: str = ""  # the diffusion library's package, e.g. "diffusers"
+    transformers: str = ""  # its transformers package (text encoders)
+
+    def import_library(self) -> Any:
+        with silenced():
+            return importlib.import_module(self.library)
+
+    def dtype(self, name: str) -> Any:
+        raise NotImplementedError
+
+    def dtype_argument(self) -> str:
+        """``from_pretrained``'s keyword for the dtype."""
+        raise NotImplementedError
+
+    def randn(self, shape: Tuple[int, ...], generator: Any, dtype: Any, device: Any = None) -> Any:
+        """The library's own ``randn_tensor`` (looked up at call time, so ``xrand.patched()`` applies)."""
+        raise NotImplementedError
+
+    def tensor(self, array: np.ndarray, dtype: Any, device: Any = None) -> Any:
+        raise NotImplementedError
+
+    def to_numpy(self, tensor: Any) -> np.ndarray:
+        raise NotImplementedError
+
+    def cat(self, tensors: list) -> Any:
+        raise NotImplementedError
+
+    def chunk2(self, tensor: Any) -> Tuple[Any, Any]:
+        """Two halves along the batch dimension (classifier-free guidance)."""
+        half = tensor.shape[0] // 2
+        return tensor[:half], tensor[half:]
+
+    def context(self, device: Optional[str], mode: str) -> contextlib.AbstractContextManager:
+        """Everything set around loading and running (no gradients, MindSpore's target and mode)."""
+        raise NotImplementedError
+
+    def prepare(self) -> None:
+        """Once before loading a model."""
+
+    def model_device(self, pipe: Any) -> Any:
+        return None
+
+
+class Torch(Framework):
+    name = "torch"
+    library = "diffusers"
+    transformers = "transformers"
+
+    def dtype(self, name):
+        import torch
+
+        return getattr(torch, name)
+
+    def dtype_argument(self):
+        return "torch_dtype"
+
+    def randn(self, shape, generator, dtype, device=None):
+        from diffusers.utils import torch_utils
+
+        return torch_utils.randn_tensor(shape, generator=generator, device=device, dtype=dtype)
+
+    def tensor(self, array, dtype, device=None):
+        import torch
+
+        return torch.from_numpy(np.ascontiguousarray(array)).to(device=device, dtype=dtype)
+
+    def to_numpy(self, tensor):
+        return tensor.detach().float().cpu().numpy()
+
+    def cat(self, tensors):
+        import torch
+
+        return torch.cat(tensors)
+
+    @contextlib.contextmanager
+    def context(self, device, mode):
+        import torch
+
+        with torch.no_grad():
+            yield
+
+    def model_device(self, pipe):
+        return pipe.unet.device if hasattr(pipe, "unet") else None
+
+
+class MindSpore(Framework):
+    name = "mindspore"
+    library = "mindone.diffusers"
+    transformers = "mindone.transformers"
+
+    def dtype(self, name):
+        import mindspore as ms
+
+        return getattr(ms, name)
+
+    def dtype_argument(self):
+        return "mindspore_dtype"
+
+    def randn(self, shape, generator, dtype, device=None):
+        from mindone.diffusers.utils import mindspore_utils
+
+        return mindspore_utils.randn_tensor(shape, generator=generator, dtype=dtype)
+
+    def tensor(self, array, dtype, device=None):
+        import mindspore as ms
+
+        return ms.tensor(np.ascontiguousarray(array), dtype=dtype)
+
+    def to_numpy(self, tensor):
+        return tensor.float().asnumpy()
+
+    def cat(self, tensors):
+        from mindspore import ops
+
+        return ops.cat(tensors)
+
+    @contextlib.contextmanager
+    def context(self, device, mode):
+        from ..backends.mindspore import use_device_target
+
+        check_mindspore_mode(mode)
+        with use_device_target(device), mindspore_mode(mode):
+            yield
+
+    def prepare(self):
+        from . import mindspore_cpu
+
+        mindspore_cpu.install()  # no-op unless MindSpore runs on a CPU
+        # Synchronous launch: about 10x faster per step on a CPU (benchmarks/RESULTS.md, figure 5);
+        # it can be set once per process, so a process that already chose otherwise keeps its choice.
+        mindspore_cpu.tune_cpu_runtime()
+
+
+_FRAMEWORKS = {"torch": Torch(), "mindspore": MindSpore()}
+
+
+def framework(name: str) -> Framework:
+    return _FRAMEWORKS[check_framework(name)]

@@ -1,0 +1,230 @@
+"""Scheduler names, aliases and options: which scheduler a side runs and how it is built.
+
+Both libraries ship the same scheduler classes under the same names, and both swap one in with
+``Cls.from_config(pipeline.scheduler.config, **options)``. Names and aliases are checked here
+without importing either library; option keys are checked against the class once it is loaded.
+"""
+from __future__ import annotations
+
+import inspect
+import json
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from ..checks import UsageError, UsageTypeError
+
+#: Every shared scheduler that drives an epsilon- or v-prediction image UNet (issue 10's list).
+IMAGE_SCHEDULERS: Tuple[str, ...] = (
+    "DDIMScheduler", "DDIMParallelScheduler", "DDPMScheduler", "DDPMParallelScheduler", "PNDMScheduler",
+    "IPNDMScheduler", "EulerDiscreteScheduler", "EulerAncestralDiscreteScheduler", "HeunDiscreteScheduler",
+    "KDPM2DiscreteScheduler", "KDPM2AncestralDiscreteScheduler", "LMSDiscreteScheduler",
+    "DPMSolverMultistepScheduler", "DPMSolverSinglestepScheduler", "DPMSolverSDEScheduler",
+    "UniPCMultistepScheduler", "DEISMultistepScheduler", "LCMScheduler", "TCDScheduler", "SASolverScheduler",
+    "EDMEulerScheduler", "EDMDPMSolverMultistepScheduler", "CosineDPMSolverMultistepScheduler",
+    "CMStochasticIterativeScheduler", "UnCLIPScheduler",
+)
+
+#: Schedulers both libraries ship that cannot drive an epsilon/v-prediction image UNet, and why.
+UNFIT: Dict[str, str] = {
+    "FlowMatchEulerDiscreteScheduler": "a flow-matching scheduler: it needs a velocity model trained for flow "
+                                       "matching (SD3, Flux), not an epsilon- or v-prediction UNet",
+    "FlowMatchHeunDiscreteScheduler": "a flow-matching scheduler: it needs a velocity model trained for flow "
+                                      "matching (SD3, Flux), not an epsilon- or v-prediction UNet",
+    "AmusedScheduler": "it unmasks image tokens of a VQ transformer (aMUSEd), not a noise-predicting UNet",
+    "VQDiffusionScheduler": "it denoises discrete VQ tokens, not a noise-predicting UNet",
+    "CogVideoXDDIMScheduler": "it is CogVideoX's video sampler (v-prediction with its own SNR shift and timestep "
+                              "pairs)",
+    "CogVideoXDPMScheduler": "it is CogVideoX's video sampler and needs the previous step's output in step()",
+    "ConsistencyDecoderScheduler": "it drives the consistency decoder of a VAE, not a UNet denoiser",
+    "DDIMInverseScheduler": "it inverts an image into noise (DDIM inversion); it does not sample",
+    "DPMSolverMultistepInverseScheduler": "it inverts an image into noise; it does not sample",
+    "DDPMWuerstchenScheduler": "it drives Wuerstchen's continuous-time prior, not a UNet on 0..999 timesteps",
+    "RePaintScheduler": "it inpaints: its step() needs an original image and a mask",
+    "SCMScheduler": "it drives sCM (TrigFlow) models such as SANA-Sprint",
+    "ScoreSdeVeScheduler": "a variance-exploding score SDE: it has no step(), only step_pred/step_correct",
+}
+
+#: Short names: alias -> (class name, options).
+ALIASES: Dict[str, Tuple[str, Dict[str, Any]]] = {
+    "ddim": ("DDIMScheduler", {}),
+    "ddpm": ("DDPMScheduler", {}),
+    "pndm": ("PNDMScheduler", {}),
+    "ipndm": ("IPNDMScheduler", {}),
+    "euler": ("EulerDiscreteScheduler", {}),
+    "euler-a": ("EulerAncestralDiscreteScheduler", {}),
+    "heun": ("HeunDiscreteScheduler", {}),
+    "dpm2": ("KDPM2DiscreteScheduler", {}),
+    "dpm2-a": ("KDPM2AncestralDiscreteScheduler", {}),
+    "lms": ("LMSDiscreteScheduler", {}),
+    "dpm++-2m": ("DPMSolverMultistepScheduler", {"algorithm_type": "dpmsolver++"}),
+    "dpm++-2m-karras": ("DPMSolverMultistepScheduler", {"algorithm_type": "dpmsolver++",
+                                                        "use_karras_sigmas": True}),
+    "dpm++-2m-sde": ("DPMSolverMultistepScheduler", {"algorithm_type": "sde-dpmsolver++"}),
+    "dpm++-2s": ("DPMSolverSinglestepScheduler", {}),
+    "dpm++-sde": ("DPMSolverSDEScheduler", {}),
+    "unipc": ("UniPCMultistepScheduler", {}),
+    "deis": ("DEISMultistepScheduler", {}),
+    "lcm": ("LCMScheduler", {}),
+    "tcd": ("TCDScheduler", {}),
+    "sa-solver": ("SASolverScheduler", {}),
+    "edm-euler": ("EDMEulerScheduler", {}),
+    "edm-dpm++-2m": ("EDMDPMSolverMultistepScheduler", {}),
+    "cosine-dpm++": ("CosineDPMSolverMultistepScheduler", {}),
+    "cm": ("CMStochasticIterativeScheduler", {}),
+    "unclip": ("UnCLIPScheduler", {}),
+}
+
+#: ``--scheduler all``: each shared image scheduler, with options that exercise its noise and variants.
+MATRIX: Tuple[Tuple[str, Dict[str, Any]], ...] = (
+    ("DDIMScheduler", {}),
+    ("DDIMScheduler", {"eta": 1.0}),
+    ("DDIMParallelScheduler", {"eta": 1.0}),
+    ("DDPMScheduler", {}),
+    ("DDPMParallelScheduler", {}),
+    ("PNDMScheduler", {}),
+    ("PNDMScheduler", {"skip_prk_steps": True}),
+    ("IPNDMScheduler", {}),
+    ("EulerDiscreteScheduler", {}),
+    ("EulerDiscreteScheduler", {"s_churn": 1.0}),
+    ("EulerAncestralDiscreteScheduler", {}),
+    ("HeunDiscreteScheduler", {}),
+    ("KDPM2DiscreteScheduler", {}),
+    ("KDPM2AncestralDiscreteScheduler", {}),
+    ("LMSDiscreteScheduler", {}),
+    ("DPMSolverMultistepScheduler", {"algorithm_type": "dpmsolver++"}),
+    ("DPMSolverMultistepScheduler", {"algorithm_type": "dpmsolver", "final_sigmas_type": "sigma_min"}),
+    ("DPMSolverMultistepScheduler", {"algorithm_type": "sde-dpmsolver++"}),
+    ("DPMSolverMultistepScheduler", {"algorithm_type": "sde-dpmsolver", "final_sigmas_type": "sigma_min"}),
+    ("DPMSolverMultistepScheduler", {"algorithm_type": "dpmsolver++", "use_karras_sigmas": True}),
+    ("DPMSolverSinglestepScheduler", {"algorithm_type": "dpmsolver++"}),
+    ("DPMSolverSinglestepScheduler", {"algorithm_type": "sde-dpmsolver++"}),
+    ("DPMSolverSDEScheduler", {}),
+    ("UniPCMultistepScheduler", {}),
+    ("DEISMultistepScheduler", {}),
+    ("LCMScheduler", {}),
+    ("TCDScheduler", {"eta": 0.3}),
+    ("SASolverScheduler", {}),
+    ("EDMEulerScheduler", {}),
+    ("EDMEulerScheduler", {"s_churn": 1.0}),
+    ("EDMDPMSolverMultistepScheduler", {"algorithm_type": "dpmsolver++"}),
+    ("EDMDPMSolverMultistepScheduler", {"algorithm_type": "sde-dpmsolver++"}),
+    ("CosineDPMSolverMultistepScheduler", {}),
+    ("CMStochasticIterativeScheduler", {}),
+    ("UnCLIPScheduler", {"beta_schedule": "squaredcos_cap_v2"}),  # the only schedule it supports
+)
+
+#: step() parameters the pipeline or loop fills in itself: not options.
+_STEP_OWN = ("self", "model_output", "timestep", "sample", "generator", "return_dict", "variance_noise",
+             "prev_timestep", "per_token_timesteps", "pred_original_sample", "use_clipped_model_output")
+
+
+def known_names() -> List[str]:
+    return sorted(set(IMAGE_SCHEDULERS) | set(UNFIT))
+
+
+def resolve(name: Any) -> Tuple[str, Dict[str, Any]]:
+    """A scheduler name (class name any case, with or without "Scheduler", or an alias) -> (class, options)."""
+    if not isinstance(name, str) or not name:
+        raise UsageTypeError(f"scheduler must be a scheduler class name such as 'EulerDiscreteScheduler', got {name!r}")
+    key = name.strip().lower()
+    if key in ALIASES:
+        cls, options = ALIASES[key]
+        return cls, dict(options)
+    for cls in known_names():
+        if key in (cls.lower(), cls.lower()[: -len("scheduler")]):
+            return cls, {}
+    raise UsageError(f"unknown scheduler {name!r}; accepted: {', '.join(IMAGE_SCHEDULERS)} "
+                     f"(any case, 'Scheduler' optional), 'all', or an alias: {', '.join(ALIASES)}")
+
+
+def check_fits(cls_name: str) -> None:
+    """Refuse, before any work, a scheduler that cannot drive an epsilon/v-prediction image UNet."""
+    if cls_name in UNFIT:
+        raise UsageError(f"scheduler {cls_name} cannot drive this model: {UNFIT[cls_name]}; "
+                         f"accepted: {', '.join(IMAGE_SCHEDULERS)}")
+
+
+def parse_option(text: Any) -> Tuple[str, Any]:
+    """``KEY=VALUE`` -> (key, value), the value parsed as JSON when it parses (``true``, ``1e-3``, ``"x"``)."""
+    if not isinstance(text, str) or "=" not in text or not text.partition("=")[0].strip():
+        raise UsageError(f"scheduler option {text!r}: expected KEY=VALUE, e.g. use_karras_sigmas=true")
+    key, _, raw = text.partition("=")
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = raw
+    return key.strip(), value
+
+
+def check_options(options: Any) -> Dict[str, Any]:
+    if options is None:
+        return {}
+    if not isinstance(options, Mapping) or not all(isinstance(k, str) and k for k in options):
+        raise UsageTypeError(f"scheduler_options must be a dict of option names to values, got {options!r}")
+    try:
+        json.dumps(dict(options))
+    except (TypeError, ValueError):
+        raise UsageTypeError(f"scheduler_options must hold JSON values (numbers, strings, booleans, "
+                             f"lists), got {options!r}") from None
+    return dict(options)
+
+
+def step_parameters(cls: type) -> List[str]:
+    """The options a scheduler's ``step`` takes (``eta``, ``s_churn``...)."""
+    return [p for p in inspect.signature(cls.step).parameters if p not in _STEP_OWN]
+
+
+def split_options(cls: type, options: Mapping[str, Any]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """Options -> (config options for ``from_config``, ``step`` arguments); unknown keys are refused."""
+    config_keys = [k for k in inspect.signature(cls.__init__).parameters if k not in ("self", "kwargs")]
+    step_keys = step_parameters(cls)
+    config, step = {}, {}
+    for key, value in options.items():
+        if key in config_keys:
+            config[key] = value
+        elif key in step_keys:
+            step[key] = value
+        else:
+            raise UsageError(f"{cls.__name__} has no option {key!r}; accepted: config keys "
+                             f"{', '.join(config_keys)}; step arguments {', '.join(step_keys) or 'none'}")
+    return config, step
+
+
+def build(library: Any, cls_name: str, base_config: Mapping[str, Any], options: Mapping[str, Any]):
+    """``Cls.from_config(base_config, **config_options)`` from ``library``; returns (scheduler, step options)."""
+    import importlib
+
+    # mindone.diffusers exports some schedulers (TCDScheduler) only from its schedulers package
+    cls = getattr(library, cls_name, None) or getattr(importlib.import_module(library.__name__ + ".schedulers"),
+                                                      cls_name, None)
+    if cls is None:
+        raise UsageError(f"{library.__name__} has no {cls_name}; accepted: {', '.join(IMAGE_SCHEDULERS)}")
+    config, step = split_options(cls, options)
+    prediction = base_config.get("prediction_type", "epsilon")
+    if prediction not in ("epsilon", "v_prediction", "sample"):
+        raise UsageError(f"the model's scheduler config has prediction_type {prediction!r}; xrand compares "
+                         "epsilon-, v- and sample-prediction models")
+    try:
+        return cls.from_config(dict(base_config), **config), step
+    except (ValueError, NotImplementedError) as exc:  # e.g. algorithm_type='nope' refused by the scheduler
+        raise UsageError(f"{cls_name} refused the options {config}: {exc}") from exc
+
+
+def check_steps(scheduler: Any, steps: int) -> None:
+    """Step counts a scheduler refuses with an unhelpful error of its own."""
+    config = scheduler.config
+    if type(scheduler).__name__ == "PNDMScheduler" and not config.get("skip_prk_steps") and steps < 4:
+        # diffusers' scheduling_pndm.py set_timesteps: the Runge-Kutta warm-up takes pndm_order (4) timesteps
+        raise UsageError(f"PNDMScheduler with Runge-Kutta steps needs at least 4 steps, got {steps}; "
+                         "use more steps or the option skip_prk_steps=true")
+
+
+def config_dict(scheduler: Any) -> Dict[str, Any]:
+    """A scheduler's config as plain JSON values (what a side actually ran)."""
+    return json.loads(json.dumps({k: v for k, v in dict(scheduler.config).items() if not k.startswith("_")},
+                                 default=str))
+
+
+def describe(cls_name: str, options: Optional[Mapping[str, Any]]) -> str:
+    """``"EulerDiscrete s_churn=1"``: a scheduler and its options in one short line."""
+    short = cls_name[: -len("Scheduler")] if cls_name.endswith("Scheduler") else cls_name
+    return " ".join([short] + [f"{k}={json.dumps(v)}" for k, v in sorted((options or {}).items())])
