@@ -43,10 +43,13 @@ def child(engine: str, workers: int, out: str) -> dict:
         stamps.append(time.perf_counter())
 
     sweep.ResultsFolder.append = timed_append
-    config = sweep.SweepConfig(model=default_model(), steps=STEPS, batch_size=1)
+    from xrand.pipelines.settings import Settings
+
+    settings = Settings(model=default_model(), steps=STEPS, batch_size=1)
+    config = sweep.SweepConfig(settings)
     start = time.perf_counter()
-    result = sweep.run_sweep(config, sweep.parse_seeds(SEEDS), ["DDIMScheduler"], out, workers=workers,
-                             engine=engine)
+    result = sweep.run_sweep(config, sweep.parse_seeds(SEEDS), sweep.parse_schedulers(None, settings), out,
+                             workers=workers, engine=engine)
     wall = time.perf_counter() - start
     times = [t - start for t in stamps]
     k = min(workers, len(times) - 1)  # every worker has delivered once after the k-th cell

@@ -11,14 +11,18 @@ import time
 import numpy as np
 import pytest
 
-from xrand.cli import main
-from xrand.pipelines.sweep import ResultsFolder, parse_schedulers, parse_seeds, quantiles, wilson
+from xrand.cli import default_model, main
+from xrand.pipelines import schedulers
+from xrand.pipelines.settings import Settings
+from xrand.pipelines.sweep import ResultsFolder, parse_schedulers, parse_seeds, quantiles, row_label, wilson
 
 pytest.importorskip("torch")
 pytest.importorskip("mindone.diffusers")
 pytest.importorskip("skimage")
 
 SWEEP = ["sweep", "--steps", "2", "--batch-size", "1"]  # the embedded digits model
+TWO = ["--scheduler", "ddim,euler-a"]  # a deterministic and an ancestral (noise-drawing) scheduler
+DDIM, EULER_A = "DDIMScheduler", "EulerAncestralDiscreteScheduler"
 METRICS = ("rel_l2", "max_abs", "psnr_db", "ssim", "passed")
 
 
@@ -32,8 +36,9 @@ def rows_of(out):
         return [json.loads(line) for line in f]
 
 
-def by_seed(rows):
-    return {r["seed"]: {k: r[k] for k in METRICS} for r in rows if "error" not in r}
+def by_cell(rows):
+    """(seed, scheduler label) -> the cell's numbers, for the rows that are not error rows."""
+    return {(r["seed"], row_label(r)): {k: r[k] for k in METRICS} for r in rows if "error" not in r}
 
 
 def kill_hook(tmp_path, spec):
@@ -46,9 +51,10 @@ def kill_hook(tmp_path, spec):
 # -- runs shared by the tests below (each loads the pipelines once per worker) -------------------------
 @pytest.fixture(scope="module")
 def one_worker(tmp_path_factory):
-    """workers=1, local: interrupted with Ctrl-C after its first cell, a half line appended, resumed."""
+    """workers=1, local, two schedulers: interrupted with Ctrl-C after its first cell, a half line
+    appended, resumed."""
     out = str(tmp_path_factory.mktemp("one") / "sweep")
-    command = [sys.executable, "-m", "xrand", *SWEEP, "--seeds", "0-3", "--out", out]
+    command = [sys.executable, "-m", "xrand", *SWEEP, *TWO, "--seeds", "0-3", "--out", out]
     first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     results = os.path.join(out, "results.jsonl")
     while first.poll() is None and not (os.path.exists(results) and os.path.getsize(results) > 0):
@@ -85,21 +91,29 @@ def ray_cluster():
 
 @pytest.fixture(scope="module")
 def on_ray(ray_cluster, tmp_path_factory):
-    """workers=2 as Ray actors; the actor running seed 3 is killed once, the other retries it."""
+    """workers=2 as Ray actors, two schedulers; the actor running the last cell (seed 3, Euler
+    ancestral) is killed once, the other retries it."""
     tmp = tmp_path_factory.mktemp("ray")
     out = str(tmp / "sweep")
-    proc = xrand_cli(*SWEEP, "--seeds", "0-3", "--workers", "2", "--engine", "ray", "--ray-address", ray_cluster,
-                     "--out", out, "--quiet", env=kill_hook(tmp, "3:1"))
+    proc = xrand_cli(*SWEEP, *TWO, "--seeds", "0-3", "--workers", "2", "--engine", "ray", "--ray-address",
+                     ray_cluster, "--out", out, "--quiet", env=kill_hook(tmp, f"3@{EULER_A}:1"))
     return {"out": out, "proc": proc}
 
 
 # -- the sweep ------------------------------------------------------------------------------------------
-def test_results_per_seed_do_not_depend_on_workers_or_engine(one_worker, two_workers, on_ray):
-    one, two, ray = (by_seed(rows_of(run["out"])) for run in (one_worker, two_workers, on_ray))
-    assert sorted(one) == [0, 1, 2, 3]
-    assert {seed: one[seed] for seed in range(3)} == two  # seed 3: an error row (see below)
+def test_results_per_seed_do_not_depend_on_the_number_of_workers(one_worker, two_workers):
+    one, two = (by_cell(rows_of(run["out"])) for run in (one_worker, two_workers))
+    assert sorted(two) == [(seed, DDIM) for seed in range(3)]  # seed 3: an error row (see below)
+    assert {cell: one[cell] for cell in two} == two
+    assert len({one[(seed, DDIM)]["rel_l2"] for seed in range(4)}) == 4  # four seeds, four different results
+
+
+def test_two_schedulers_give_the_same_results_per_seed_on_one_local_worker_and_on_ray(one_worker, on_ray):
+    one, ray = (by_cell(rows_of(run["out"])) for run in (one_worker, on_ray))
+    assert sorted(one) == sorted((seed, name) for seed in range(4) for name in (DDIM, EULER_A))
     assert ray == one
-    assert len({row["rel_l2"] for row in one.values()}) == 4  # four seeds, four different results
+    # the scheduler was swapped in: the same seed ends elsewhere under Euler ancestral than under DDIM
+    assert all(one[(seed, DDIM)]["rel_l2"] != one[(seed, EULER_A)]["rel_l2"] for seed in range(4))
 
 
 def test_ctrl_c_stops_cleanly_and_keeps_finished_cells(one_worker):
@@ -108,33 +122,40 @@ def test_ctrl_c_stops_cleanly_and_keeps_finished_cells(one_worker):
     assert "Traceback" not in stderr
     assert "interrupted" in stderr and "run the same command to finish" in stderr
     assert "cell" in stderr  # the progress bar
-    assert 1 <= len(one_worker["kept"]) < 4
+    assert 1 <= len(one_worker["kept"]) < 8
 
 
 def test_resume_runs_only_missing_cells_and_drops_a_half_written_line(one_worker):
     second, kept = one_worker["second"], one_worker["kept"]
     assert second.returncode == 0, second.stderr
     line = json.loads(second.stdout)
-    assert line == {"verdict": "pass", "cells": 4, "finished": 4, "passed": 4, "failed": 0, "errors": 0,
-                    "ran": 4 - len(kept), "out": one_worker["out"]}
+    assert line == {"verdict": "pass", "cells": 8, "finished": 8, "passed": 8, "failed": 0, "errors": 0,
+                    "ran": 8 - len(kept), "out": one_worker["out"]}
     rows = rows_of(one_worker["out"])  # every line parses: the half line is gone
-    assert sorted(r["seed"] for r in rows) == [0, 1, 2, 3]
+    assert sorted((r["seed"], r["scheduler"]) for r in rows) == sorted(
+        (seed, name) for seed in range(4) for name in (DDIM, EULER_A))
     assert rows[:len(kept)] == kept
     assert {r["worker"] for r in rows[len(kept):]}.isdisjoint({r["worker"] for r in kept})
 
 
 def test_writes_rows_summary_and_picture(one_worker):
     out = one_worker["out"]
-    row = rows_of(out)[0]
-    assert set(row) == {"seed", "scheduler", "rel_l2", "max_abs", "psnr_db", "ssim", "passed", "seconds", "worker"}
-    assert row["scheduler"] == "DDIMScheduler" and 0 < row["rel_l2"] < 5e-3 and 0.99 < row["ssim"] <= 1
+    rows = rows_of(out)
+    for row in rows:
+        assert set(row) == {"seed", "scheduler", "rel_l2", "max_abs", "psnr_db", "ssim", "passed", "seconds",
+                            "worker"}
+        assert 0 < row["rel_l2"] < 5e-3 and 0.99 < row["ssim"] <= 1
     summary = json.load(open(os.path.join(out, "summary.json")))
-    ddim = summary["schedulers"]["DDIMScheduler"]
-    assert (summary["verdict"], ddim["cells"], ddim["passed"], ddim["pass_rate"]) == ("pass", 4, 4, 1.0)
-    assert ddim["pass_rate_95"] == pytest.approx(wilson(4, 4))
-    assert ddim["rel_l2"]["worst"] == max(r["rel_l2"] for r in rows_of(out))
-    assert ddim["ssim"]["worst"] == min(r["ssim"] for r in rows_of(out))
-    assert "| DDIMScheduler | 4 of 4 | 4 | 0 | 0 |" in open(os.path.join(out, "summary.md")).read()
+    assert summary["verdict"] == "pass" and list(summary["schedulers"]) == [DDIM, EULER_A]
+    markdown = open(os.path.join(out, "summary.md")).read()
+    for name in (DDIM, EULER_A):
+        mine = [r for r in rows if r["scheduler"] == name]
+        per = summary["schedulers"][name]
+        assert (per["cells"], per["passed"], per["pass_rate"]) == (4, 4, 1.0)
+        assert per["pass_rate_95"] == pytest.approx(wilson(4, 4))
+        assert per["rel_l2"]["worst"] == max(r["rel_l2"] for r in mine)
+        assert per["ssim"]["worst"] == min(r["ssim"] for r in mine)
+        assert f"| {name} | 4 of 4 | 4 | 0 | 0 |" in markdown
     assert open(os.path.join(out, "sweep.png"), "rb").read(8) == b"\x89PNG\r\n\x1a\n"
 
 
@@ -155,10 +176,10 @@ def test_a_worker_that_dies_twice_on_a_cell_gives_an_error_row_and_the_sweep_goe
 def test_ray_retries_a_dead_actor_elsewhere(on_ray):
     proc = on_ray["proc"]
     assert proc.returncode == 0, proc.stderr
-    rows = {r["seed"]: r for r in rows_of(on_ray["out"])}
-    assert sorted(rows) == [0, 1, 2, 3] and all(r["passed"] for r in rows.values())
+    rows = rows_of(on_ray["out"])
+    assert len(rows) == 8 and all(r["passed"] for r in rows)
     assert len(os.listdir(os.path.join(os.path.dirname(on_ray["out"]), "kills"))) == 1  # it was killed once
-    assert len({r["worker"] for r in rows.values()}) == 2  # and retried on the other actor
+    assert len({r["worker"] for r in rows}) == 2  # and retried on the other actor
 
 
 def test_a_folder_of_other_settings_is_refused_naming_the_difference(one_worker, capsys):
@@ -184,8 +205,14 @@ def free_port():
     (["--seeds", ""], "--seeds '' is empty"),
     (["--seeds", "0-3", "--workers", "0"], "--workers must be a positive integer, got 0"),
     (["--seeds", "0-3", "--engine", "spark"], "unknown engine 'spark'; accepted: local, ray"),
-    (["--seeds", "0-3", "--scheduler", "EulerDiscreteScheduler"],
-     "--scheduler 'EulerDiscreteScheduler' is not available for this model; accepted: DDIMScheduler or all"),
+    (["--seeds", "0-3", "--scheduler", "ddim,warp"], "unknown scheduler 'warp'; accepted: DDIMScheduler, "),
+    (["--seeds", "0-3", "--scheduler", "ddim,,euler"], "--scheduler 'ddim,,euler': an empty name"),
+    (["--seeds", "0-3", "--scheduler", "flowmatcheulerdiscrete"],
+     "scheduler FlowMatchEulerDiscreteScheduler cannot drive this model"),
+    (["--seeds", "0-3", "--scheduler", "all", "--scheduler-option", "eta=1"],
+     "--scheduler-option cannot be combined with --scheduler all"),
+    (["--seeds", "0-3", "--scheduler-option", "karras"], "scheduler option 'karras': expected KEY=VALUE"),
+    (["--seeds", "0-3", "--pipeline", "StableDiffusionPipeline"], "StableDiffusionPipeline is text to image"),
     (["--seeds", "0-3", "--seed", "4"], "--seed 4: a sweep takes --seeds"),
     (["--seeds", "0-3", "--ray-address", "127.0.0.1:1"], "needs --engine ray"),
     (["--seeds", "0-3", "--steps", "0"], "steps must be a positive integer, got 0"),
@@ -228,12 +255,26 @@ def test_seeds_are_inclusive_ranges_and_lists():
             parse_seeds(bad)
 
 
-def test_schedulers_pass_through_names_and_all():
-    assert parse_schedulers(None, "m") == ["DDIMScheduler"]
-    assert parse_schedulers("all", "m") == ["DDIMScheduler"]
-    assert parse_schedulers("ddim,DDIMScheduler", "m") == ["DDIMScheduler"]
-    with pytest.raises(ValueError, match="'pndm' is not available"):
-        parse_schedulers("ddim,pndm", "m")
+def test_schedulers_take_compares_names_aliases_and_all_with_their_options():
+    settings = Settings(model=default_model(), steps=2, batch_size=1)
+    assert parse_schedulers(None, settings) == [DDIM]  # the folder's own
+    assert parse_schedulers("ddim, DDIMScheduler,euler-a", settings) == [DDIM, EULER_A]
+    assert parse_schedulers("dpm++-2m-karras", settings) == [
+        'DPMSolverMultistepScheduler {"algorithm_type": "dpmsolver++", "use_karras_sigmas": true}']
+    everything = parse_schedulers("all", settings)  # the matrix's entries, each with its options
+    assert len(everything) == len(schedulers.MATRIX)
+    assert everything[:2] == [DDIM, 'DDIMScheduler {"eta": 1.0}']
+    # --scheduler-option goes into every entry, over an alias's own options
+    given = Settings(model=default_model(), scheduler_options={"timestep_spacing": "trailing"})
+    assert parse_schedulers("ddim,dpm++-2m", given) == [
+        'DDIMScheduler {"timestep_spacing": "trailing"}',
+        'DPMSolverMultistepScheduler {"algorithm_type": "dpmsolver++", "timestep_spacing": "trailing"}']
+    given = Settings(model=default_model(), scheduler_options={"algorithm_type": "dpmsolver"})
+    assert parse_schedulers("dpm++-2m", given) == ['DPMSolverMultistepScheduler {"algorithm_type": "dpmsolver"}']
+    with pytest.raises(ValueError, match="unknown scheduler 'warp'"):
+        parse_schedulers("ddim,warp", settings)
+    with pytest.raises(ValueError, match="its scheduler is not known before loading; name one with --scheduler"):
+        parse_schedulers(None, Settings(model="some-org/some-model"))
 
 
 def test_wilson_interval_and_bad_side_quantiles():
@@ -249,9 +290,11 @@ def test_wilson_interval_and_bad_side_quantiles():
 
 def test_a_half_written_last_line_is_dropped_and_a_bad_middle_line_refused(tmp_path):
     rows = [{"seed": s, "scheduler": "DDIMScheduler", "passed": True} for s in (0, 1)]
+    rows.append({"seed": 0, "scheduler": "DDIMScheduler", "options": {"eta": 1.0}, "passed": True})
     path = tmp_path / "results.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"seed": 2, "sch')
-    assert sorted(ResultsFolder(str(tmp_path)).read()) == [(0, "DDIMScheduler"), (1, "DDIMScheduler")]
+    assert sorted(ResultsFolder(str(tmp_path)).read()) == [(0, "DDIMScheduler"), (0, 'DDIMScheduler {"eta": 1.0}'),
+                                                           (1, "DDIMScheduler")]
     assert path.read_text() == "".join(json.dumps(r) + "\n" for r in rows)  # cut, ready to append
     path.write_text("not json\n" + json.dumps(rows[0]) + "\n")
     with pytest.raises(ValueError, match="results.jsonl line 1 is not a result row"):

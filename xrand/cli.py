@@ -152,26 +152,26 @@ def cmd_run(args) -> int:
 
 def cmd_sweep(args) -> int:
     from .pipelines.compare import check_tolerance
-    from .pipelines.sweep import (SweepConfig, check_engine, check_workers, parse_schedulers, parse_seeds,
-                                  run_sweep)
+    from .pipelines.frameworks import check_mindspore_mode
+    from .pipelines.sweep import SweepConfig, check_engine, check_workers, parse_schedulers, parse_seeds, run_sweep
 
     if args.seed is not None:
-        raise UserError(f"--seed {args.seed}: a sweep takes --seeds (A-B inclusive or a comma list, e.g. 0-99)")
+        raise UsageError(f"--seed {args.seed}: a sweep takes --seeds (A-B inclusive or a comma list, e.g. 0-99)")
     seeds = parse_seeds(args.seeds)
     check_workers(args.workers)
     check_engine(args.engine)
     if args.ray_address and args.engine != "ray":
-        raise UserError(f"--ray-address {args.ray_address!r} needs --engine ray")
+        raise UsageError(f"--ray-address {args.ray_address!r} needs --engine ray")
     if args.tolerance is not None:
         check_tolerance(args.tolerance)
+    check_mindspore_mode(args.mindspore_mode)
     devices = _devices(args.device)
-    args.seed = seeds[0]  # the settings are checked as compare checks them, with the first seed
-    settings = _settings(args)
-    schedulers = parse_schedulers(args.scheduler, settings.model)
-    config = SweepConfig(model=settings.model, steps=settings.steps, batch_size=settings.batch_size,
-                         eta=settings.eta, stream=settings.stream, dtype=settings.dtype, tolerance=args.tolerance,
-                         mindspore_mode=args.mindspore_mode, torch_device=devices.get("torch", "cpu"),
-                         mindspore_device=devices.get("mindspore"))
+    # every compare setting, checked as compare checks it, with the first seed and the folder's scheduler;
+    # each cell gets its own seed and scheduler
+    settings = _settings(args, seed=seeds[0], scheduler=None)
+    schedulers = parse_schedulers(args.scheduler, settings)
+    config = SweepConfig(settings=settings, tolerance=args.tolerance, mindspore_mode=args.mindspore_mode,
+                         torch_device=devices.get("torch", "cpu"), mindspore_device=devices.get("mindspore"))
     result = run_sweep(config, seeds, schedulers, args.out, workers=args.workers, engine=args.engine,
                        ray_address=args.ray_address, progress=not args.quiet)
     per = result.summary["schedulers"]
@@ -245,7 +245,8 @@ def _add_settings(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pipeline", help=f"pipeline class ({', '.join(PIPELINES)}; default: the folder's "
                                       "model_index.json)")
     p.add_argument("--scheduler", help="scheduler class name (any case) or alias such as euler-a, dpm++-2m-sde; "
-                                       "'all' (compare only) runs every shared scheduler (default: the folder's)")
+                                       "'all' (compare, sweep) runs every shared scheduler; sweep takes NAME,NAME... "
+                                       "too (default: the folder's)")
     p.add_argument("--scheduler-option", action="append", metavar="KEY=VALUE",
                    help="scheduler config option or step() argument, VALUE parsed as JSON when it parses, "
                         "e.g. use_karras_sigmas=true (repeatable)")
@@ -301,7 +302,6 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("sweep", help="compare torch and MindSpore over many seeds (and schedulers), on local "
                                      "processes or Ray; resumable")
     p.add_argument("--seeds", required=True, help="seeds: A-B (inclusive) or a comma list, e.g. 0-99 or 1,5,9")
-    p.add_argument("--scheduler", help="NAME[,NAME...] or all (default: the model's own; today only it)")
     _add_settings(p)
     p.set_defaults(seed=None)
     p.add_argument("--tolerance", type=float, help="relative L2 limit for PASS (default 5e-3 fp32, 5e-2 fp16)")

@@ -18,7 +18,7 @@ import signal
 import socket
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Deque, Dict, Iterable, Iterator, List, Optional, Tuple
 
 import numpy as np
@@ -32,11 +32,12 @@ RESULTS, MANIFEST = "results.jsonl", "sweep.json"
 SUMMARY_JSON, SUMMARY_MD, PLOT = "summary.json", "summary.md", "sweep.png"
 #: Seconds to wait for a TCP answer at --ray-address before giving up (ray.init itself retries for minutes).
 RAY_CONNECT_TIMEOUT = 10.0
-#: Test hook: "SEED:TIMES[,SEED:TIMES]" kills the worker process running that seed's cell, TIMES times
-#: in all (counted by marker files in XRAND_SWEEP_TEST_KILL_DIR), as an out-of-memory kill would.
+#: Test hook: "SEED:TIMES[,SEED:TIMES]" kills the worker process running that seed's cells, TIMES times
+#: in all (counted by marker files in XRAND_SWEEP_TEST_KILL_DIR), as an out-of-memory kill would;
+#: "SEED@SCHEDULER:TIMES" only that seed's cell of one scheduler (its label).
 KILL_HOOK, KILL_DIR = "XRAND_SWEEP_TEST_KILL", "XRAND_SWEEP_TEST_KILL_DIR"
 
-Cell = Tuple[int, str]  # (seed, scheduler)
+Cell = Tuple[int, str]  # (seed, scheduler label: the class name, then its options as JSON if any)
 
 
 # ----------------------------------------------------------------------------- input
@@ -65,35 +66,64 @@ def parse_seeds(text: Any) -> List[int]:
     return list(seeds)
 
 
-def available_schedulers(model: str) -> List[str]:
-    """Schedulers a sweep can run on ``model`` today: the one the DDIM pipeline runs.
+def scheduler_label(name: str, options: Optional[Dict[str, Any]] = None) -> str:
+    """A sweep's name for one scheduler entry: the class name, then its options as sorted JSON
+    (``'DDIMScheduler {"eta": 1.0}'``); the class name alone when it has none."""
+    return f"{name} {json.dumps(options, sort_keys=True)}" if options else name
 
-    diffusers' and mindone's ``DDIMPipeline`` turn any scheduler into a ``DDIMScheduler``
-    (pipeline_ddim.py, ``DDIMScheduler.from_config``), so that is the folder's own scheduler
-    as the pipeline runs it. Other schedulers arrive with the pipeline recipes.
+
+def split_label(label: str) -> Tuple[str, Dict[str, Any]]:
+    """:func:`scheduler_label`'s inverse: (class name, options)."""
+    name, _, options = label.partition(" ")
+    return name, (json.loads(options) if options else {})
+
+
+def row_label(row: Dict[str, Any]) -> str:
+    """The scheduler label of a results.jsonl row (its ``scheduler`` and ``options``)."""
+    return scheduler_label(str(row["scheduler"]), row.get("options") or None)
+
+
+def parse_schedulers(text: Optional[str], settings: Any) -> List[str]:
+    """``--scheduler`` of a sweep -> scheduler labels, with ``settings.scheduler_options`` in each.
+
+    ``None``: the model folder's own scheduler. ``"all"``: every entry of
+    :data:`.schedulers.MATRIX` with its options (as ``xrand compare --scheduler all``). Otherwise
+    a comma list of the names and aliases ``xrand compare --scheduler`` takes; an alias's options
+    come first, ``--scheduler-option`` values over them. Every entry is checked as compare checks
+    it (:class:`.settings.Settings`), before any framework is imported.
     """
-    return ["DDIMScheduler"]
+    from dataclasses import replace
 
+    from . import schedulers
+    from .sides import folder_scheduler, is_local
 
-def parse_schedulers(text: Optional[str], model: str) -> List[str]:
-    """``None`` or ``"all"``: every available scheduler; else a comma list of names from it."""
-    known = available_schedulers(model)
-    if text is None or text.strip() == "all":
-        return list(known)
-    by_key = {_scheduler_key(name): name for name in known}
-    chosen: Dict[str, None] = {}
-    for name in text.split(","):
-        key = _scheduler_key(name)
-        if key not in by_key:
-            raise UsageError(f"--scheduler {name.strip()!r} is not available for this model; accepted: "
-                             f"{', '.join(known)} or all (today's DDIM pipeline runs only its own scheduler)")
-        chosen[by_key[key]] = None
-    return list(chosen)
-
-
-def _scheduler_key(name: str) -> str:
-    key = name.strip().lower()
-    return key[: -len("scheduler")] if key.endswith("scheduler") else key
+    user = dict(settings.scheduler_options)
+    if text is not None and not isinstance(text, str):
+        raise UsageTypeError(f"--scheduler must be a string such as 'ddim,euler-a' or 'all', got {text!r}")
+    if text is not None and text.strip().lower() == "all":
+        if user:
+            raise UsageError("--scheduler-option cannot be combined with --scheduler all (each entry has its own "
+                             "options)")
+        entries = [(name, dict(options)) for name, options in schedulers.MATRIX]
+    elif text is None:
+        base = folder_scheduler(settings.model) if is_local(settings.model) else None
+        if not base or not base.get("_class_name"):
+            raise UsageError(f"model {settings.model!r}: its scheduler is not known before loading; name one with "
+                             f"--scheduler (accepted: {', '.join(schedulers.IMAGE_SCHEDULERS)}, an alias, or all)")
+        entries = [(base["_class_name"], {})]
+    else:
+        names = [name.strip() for name in text.split(",")]
+        if not all(names):
+            raise UsageError(f"--scheduler {text!r}: an empty name; expected NAME[,NAME...] or all, "
+                             "e.g. ddim,euler-a")
+        entries = [schedulers.resolve(name) for name in names]
+    labels: Dict[str, None] = {}
+    for name, options in entries:
+        options = {**options, **user}
+        # Settings refuses unknown or unfit schedulers and options that are not JSON values
+        replace(settings, scheduler=name, scheduler_options=options)
+        labels[scheduler_label(name, options)] = None
+    return list(labels)
 
 
 def check_workers(workers: Any) -> int:
@@ -112,28 +142,50 @@ def check_engine(engine: Any) -> str:
 
 @dataclass
 class SweepConfig:
-    """What every cell of one sweep shares; two sweeps with different configs never mix."""
+    """What every cell of one sweep shares; two sweeps with different configs never mix.
 
-    model: str
-    steps: int = 50
-    batch_size: int = 1
-    eta: float = 0.0
-    stream: str = "torch-cpu"
-    dtype: str = "float32"
+    ``settings``: every compare setting (:class:`.settings.Settings`); its seed and scheduler are
+    the cell's, its ``scheduler_options`` (``--scheduler-option``) go into every entry.
+    ``load_scheduler``: the scheduler label both sides are loaded with (the sweep's first entry,
+    as :func:`.matrix.run_matrix` loads with its first row); any cell swaps in its own.
+    """
+
+    settings: Any  # Settings
     tolerance: Optional[float] = None
     mindspore_mode: str = "pynative"
     torch_device: str = "cpu"
     mindspore_device: Optional[str] = None
     threads_per_worker: int = 1
+    load_scheduler: Optional[str] = None
+
+    def cell_settings(self, seed: int, scheduler: Optional[str]) -> Any:
+        """The Settings of one cell: the sweep's, with the cell's seed and scheduler label."""
+        from dataclasses import replace
+
+        if scheduler is None:
+            return replace(self.settings, seed=seed)
+        name, options = split_label(scheduler)
+        return replace(self.settings, seed=seed, scheduler=name, scheduler_options=options)
+
+    def describe(self) -> Dict[str, Any]:
+        """The settings as plain values, flat: the compare settings (less the cell's seed and
+        scheduler; ``scheduler_options`` are the ones given to every entry) and the sweep's own."""
+        from .sides import pipeline_class
+
+        out = {k: v for k, v in asdict(self.settings).items() if k not in ("seed", "scheduler")}
+        out["pipeline"] = pipeline_class(self.settings)
+        out.update(tolerance=self.tolerance, mindspore_mode=self.mindspore_mode, torch_device=self.torch_device,
+                   mindspore_device=self.mindspore_device, threads_per_worker=self.threads_per_worker)
+        return out
 
     def identity(self) -> Dict[str, Any]:
         """The settings that decide a cell's numbers, as written to sweep.json."""
         from .compare import DEFAULT_TOLERANCE
-        from .ddim import model_fingerprint
+        from .sides import model_fingerprint
 
-        out = asdict(self)
-        out["model"] = model_fingerprint(self.model)
-        out["tolerance"] = DEFAULT_TOLERANCE[self.dtype] if self.tolerance is None else self.tolerance
+        out = self.describe()
+        out["model"] = model_fingerprint(self.settings.model)
+        out["tolerance"] = DEFAULT_TOLERANCE[self.settings.dtype] if self.tolerance is None else self.tolerance
         out["versions"] = _versions()
         return out
 
@@ -157,12 +209,15 @@ def _versions() -> Dict[str, str]:
 class CellRunner:
     """The one place a sweep calls the pipeline API: load both sides once, then run cells.
 
-    ``run(seed, scheduler)`` returns a row of results.jsonl (without ``seconds`` and ``worker``,
-    which the caller adds).
+    Both pipelines are loaded once (:func:`.compare.load_pair`, with the config's
+    ``load_scheduler``); each cell swaps its scheduler in on both sides and compares them
+    (:func:`.compare.compare_loaded`), as ``xrand compare --scheduler all`` does per row.
+    ``run(seed, scheduler)`` takes a scheduler label (:func:`scheduler_label`) and returns a row of
+    results.jsonl (without ``seconds`` and ``worker``, which the caller adds).
     """
 
     def __init__(self, config: SweepConfig) -> None:
-        from .ddim import _mindspore_device, load_mindspore_pipeline, load_torch_pipeline
+        from .compare import load_pair
         from .mindspore_cpu import tune_cpu_runtime
         from .quiet import silenced
 
@@ -173,30 +228,25 @@ class CellRunner:
         # A fixed thread count per worker: reductions may split differently with more threads,
         # and a cell's numbers must not depend on the layout of the sweep.
         torch.set_num_threads(config.threads_per_worker)
-        self.config = config
-        self.mindspore_device = _mindspore_device(config.mindspore_device)
         tune_cpu_runtime(config.threads_per_worker)  # before loading: it can be set once per process
-        self.torch_pipe = load_torch_pipeline(config.model, config.dtype, config.torch_device, quiet=True)
-        self.ms_pipe = load_mindspore_pipeline(config.model, config.dtype, quiet=True)
+        self.config = config
+        self.pair = load_pair(config.cell_settings(0, config.load_scheduler), config.torch_device,
+                              config.mindspore_device, quiet=True)
 
     def run(self, seed: int, scheduler: str) -> Dict[str, Any]:
-        from ..patch import patched
-        from .compare import compare_sides
-        from .ddim import Settings, run_pipeline
+        from .compare import compare_loaded
 
         c = self.config
-        if scheduler not in available_schedulers(c.model):  # the recipes API takes the name here
-            raise UsageError(f"scheduler {scheduler!r} is not available; accepted: "
-                             f"{', '.join(available_schedulers(c.model))}")
-        settings = Settings(model=c.model, steps=c.steps, seed=seed, batch_size=c.batch_size, eta=c.eta,
-                            stream=c.stream, dtype=c.dtype).check()
-        with patched():
-            a = run_pipeline("torch", self.torch_pipe, settings, c.torch_device)
-            b = run_pipeline("mindspore", self.ms_pipe, settings, self.mindspore_device, c.mindspore_mode)
-        comparison = compare_sides(a, b, c.tolerance)
-        return {"seed": seed, "scheduler": scheduler, "rel_l2": comparison.final["rel_l2"],
-                "max_abs": comparison.final["max_abs"], "psnr_db": comparison.final["psnr_db"],
-                "ssim": ssim(a.images, b.images), "passed": comparison.passed}
+        comparison = compare_loaded(self.pair, c.cell_settings(seed, scheduler), c.tolerance,
+                                    mindspore_mode=c.mindspore_mode)
+        name, options = split_label(scheduler)
+        row = {"seed": seed, "scheduler": name}
+        if options:
+            row["options"] = options
+        row.update(rel_l2=comparison.final["rel_l2"], max_abs=comparison.final["max_abs"],
+                   psnr_db=comparison.final["psnr_db"], ssim=ssim(comparison.images["a"], comparison.images["b"]),
+                   passed=comparison.passed)
+        return row
 
 
 def ssim(a: np.ndarray, b: np.ndarray) -> float:
@@ -209,28 +259,35 @@ def ssim(a: np.ndarray, b: np.ndarray) -> float:
                           for x, y in zip(a.astype(np.float64), b.astype(np.float64))]))
 
 
+def _load_error(exc: Exception) -> Dict[str, Any]:
+    """Why a worker could not load, for the parent: a UsageError stays one (one line, exit 2)."""
+    usage = isinstance(exc, UsageError)
+    return {"usage": usage, "error": _first_line(exc) if usage else f"{type(exc).__name__}: {_first_line(exc)}"}
+
+
 def _worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def _maybe_die(seed: int) -> None:
+def _maybe_die(seed: int, scheduler: str) -> None:
     """The fault-injection test hook (see KILL_HOOK): SIGKILL this process on a chosen cell."""
     spec = os.environ.get(KILL_HOOK)
     if not spec:
         return
-    times = dict((int(s), int(n)) for s, _, n in (item.partition(":") for item in spec.split(",")))
-    if seed not in times:
+    times = dict((key, int(n)) for key, _, n in (item.rpartition(":") for item in spec.split(",")))
+    key = next((k for k in (f"{seed}@{scheduler}", str(seed)) if k in times), None)
+    if key is None:
         return
     folder = os.environ[KILL_DIR]
     done = [name for name in os.listdir(folder) if name.startswith(f"{seed}-")]
-    if len(done) < times[seed]:
+    if len(done) < times[key]:
         open(os.path.join(folder, f"{seed}-{len(done)}"), "w").close()
         os.kill(os.getpid(), signal.SIGKILL)
 
 
 def run_cell(runner: CellRunner, seed: int, scheduler: str) -> Dict[str, Any]:
     """One cell as a row; a Python error in the cell becomes an error row."""
-    _maybe_die(seed)
+    _maybe_die(seed, scheduler)
     start = time.perf_counter()
     try:
         row = runner.run(seed, scheduler)
@@ -242,9 +299,14 @@ def run_cell(runner: CellRunner, seed: int, scheduler: str) -> Dict[str, Any]:
 
 
 def error_row(cell: Cell, reason: str, worker: str = "", seconds: float = 0.0) -> Dict[str, Any]:
-    seed, scheduler = cell
-    return {"seed": seed, "scheduler": scheduler, "rel_l2": None, "max_abs": None, "psnr_db": None, "ssim": None,
-            "passed": False, "seconds": seconds, "worker": worker, "error": reason}
+    seed, label = cell
+    name, options = split_label(label)
+    row: Dict[str, Any] = {"seed": seed, "scheduler": name}
+    if options:
+        row["options"] = options
+    row.update(rel_l2=None, max_abs=None, psnr_db=None, ssim=None, passed=False, seconds=seconds, worker=worker,
+               error=reason)
+    return row
 
 
 def _first_line(exc: BaseException) -> str:
@@ -361,7 +423,7 @@ def _local_worker(conn, config: SweepConfig, log_path: str) -> None:
     try:
         runner = CellRunner(config)
     except Exception as exc:
-        conn.send(("fatal", f"{type(exc).__name__}: {_first_line(exc)}"))
+        conn.send(("fatal", _load_error(exc)))
         return
     while True:
         try:
@@ -442,7 +504,7 @@ class _RayWorker:
         try:
             self.runner = CellRunner(config)
         except Exception as exc:
-            self.error = f"{type(exc).__name__}: {_first_line(exc)}"
+            self.error = _load_error(exc)
 
     def run(self, seed: int, scheduler: str):
         if self.error:
@@ -523,7 +585,7 @@ class ResultsFolder:
                 continue
             try:
                 row = json.loads(line)
-                cell = (int(row["seed"]), str(row["scheduler"]))
+                cell = (int(row["seed"]), row_label(row))
             except (ValueError, KeyError, TypeError):
                 if last or all(not rest.strip() for rest in lines[number:]):
                     break  # the half-written tail of an interrupted run
@@ -612,6 +674,8 @@ def run_sweep(config: SweepConfig, seeds: Iterable[int], schedulers: Iterable[st
     folder.check(identity)
     rows = folder.read()
     todo = [cell for cell in cells if cell not in rows]
+    if todo and config.load_scheduler is None:  # workers load with the first scheduler they will run
+        config = replace(config, load_scheduler=todo[0][1])
     result = SweepResult(cells=cells, rows=rows, ran=0)
     # Ray connects before the folder is made: a cluster that cannot be reached leaves nothing behind.
     pool = RayEngine(config, ray_address, min(workers, len(todo))) if todo and engine == "ray" else None
@@ -623,7 +687,7 @@ def run_sweep(config: SweepConfig, seeds: Iterable[int], schedulers: Iterable[st
             try:
                 def finished(row: Dict[str, Any]) -> None:
                     folder.append(row)
-                    rows[(row["seed"], row["scheduler"])] = row
+                    rows[(row["seed"], row_label(row))] = row
                     result.ran += 1
                     bar.update(1)
                     bar.set_postfix(failed=sum(1 for r in rows.values() if not r.get("passed")), refresh=False)
@@ -658,7 +722,9 @@ def schedule(pool: Any, cells: List[Cell], workers: int, finished: Callable[[Dic
                 idle.append(wid)
                 finished(payload)
             elif kind == "fatal":
-                raise RuntimeError(f"a sweep worker could not load the pipelines: {payload}")
+                if payload["usage"]:  # the model or a setting, refused while loading: the user's to fix
+                    raise UsageError(payload["error"])
+                raise RuntimeError(f"a sweep worker could not load the pipelines: {payload['error']}")
             elif kind == "died":
                 cell = busy.pop(wid, None)
                 if wid in idle:
@@ -742,7 +808,7 @@ def write_summary(out: str, config: SweepConfig, result: SweepResult) -> Dict[st
         "cells": len(result.cells),
         "finished": sum(1 for c in result.cells if c in result.rows),
         "ran_now": result.ran,
-        "settings": {k: v for k, v in asdict(config).items()},
+        "settings": config.describe(),
         "quantiles": "median, p90, p99, worst: for rel_l2 90% of cells are at or below p90; "
                      "for psnr_db and ssim 90% are at or above it",
         "schedulers": per,
@@ -772,8 +838,9 @@ def summary_markdown(summary: Dict[str, Any]) -> str:
     s = summary["settings"]
     lines = [f"# xrand sweep: {summary['verdict']}", "",
              f"{summary['finished']} of {summary['cells']} cells finished ({summary['ran_now']} in the last run). "
-             f"Model {s['model']}, {s['steps']} steps, batch {s['batch_size']}, eta {s['eta']}, stream {s['stream']}, "
-             f"{s['dtype']}, MindSpore {s['mindspore_mode']}.", "",
+             f"Model {s['model']} ({s['pipeline']}), {s['steps']} steps, batch {s['batch_size']}, eta {s['eta']}, "
+             f"stream {s['stream']}, {s['dtype']}, MindSpore {s['mindspore_mode']}"
+             + (f", prompt {s['prompt']!r}" if s.get("prompt") else "") + ".", "",
              "| scheduler | cells | passed | failed | errors | pass rate (95% Wilson) |", "| --- | --- | --- | --- | --- | --- |"]
     for name, p in summary["schedulers"].items():
         rate = "-" if p["pass_rate"] is None else \
@@ -795,6 +862,7 @@ def plot_sweep(result: SweepResult, config: SweepConfig, path: str) -> None:
     """One panel per metric: each scheduler's cells as points over a box plot."""
     from .compare import DEFAULT_TOLERANCE
     from .report import _pyplot
+    from .schedulers import describe
 
     plt = _pyplot()
     names = list(dict.fromkeys(s for _, s in result.cells))
@@ -810,16 +878,16 @@ def plot_sweep(result: SweepResult, config: SweepConfig, path: str) -> None:
         for i, values in enumerate(data, 1):
             ax.plot(i + rng.uniform(-0.15, 0.15, len(values)), values, "o", ms=3, alpha=0.6)
         ax.set_xticks(range(1, len(names) + 1))
-        ax.set_xticklabels(names, rotation=20, fontsize=8)
+        ax.set_xticklabels([describe(*split_label(name)) for name in names], rotation=20, fontsize=8)
         ax.set_title(label)
         if key in ("rel_l2", "ssim") and all(v > 0 for d in data for v in d if math.isfinite(v)):
             ax.set_yscale("log")
         if key == "rel_l2":
-            tol = DEFAULT_TOLERANCE[config.dtype] if config.tolerance is None else config.tolerance
+            tol = DEFAULT_TOLERANCE[config.settings.dtype] if config.tolerance is None else config.tolerance
             ax.axhline(tol, color="gray", lw=0.8, ls=":", label=f"tolerance {tol:g}")
             ax.legend(fontsize=8)
     fig.suptitle(f"xrand sweep: {sum(1 for c in result.cells if c in result.rows)} cells, "
-                 f"{config.steps} steps", fontsize=9)
+                 f"{config.settings.steps} steps", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, format="png", dpi=100)
     plt.close(fig)
