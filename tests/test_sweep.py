@@ -48,56 +48,88 @@ def kill_hook(tmp_path, spec):
     return {"XRAND_SWEEP_TEST_KILL": spec, "XRAND_SWEEP_TEST_KILL_DIR": str(folder)}
 
 
-# -- runs shared by the tests below (each loads the pipelines once per worker) -------------------------
-@pytest.fixture(scope="module")
-def one_worker(tmp_path_factory):
-    """workers=1, local, two schedulers: interrupted with Ctrl-C after its first cell, a half line
-    appended, resumed."""
-    out = str(tmp_path_factory.mktemp("one") / "sweep")
-    command = [sys.executable, "-m", "xrand", *SWEEP, *TWO, "--seeds", "0-3", "--out", out]
-    first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    results = os.path.join(out, "results.jsonl")
-    while first.poll() is None and not (os.path.exists(results) and os.path.getsize(results) > 0):
-        time.sleep(0.05)
-    first.send_signal(signal.SIGINT)
-    stdout, stderr = first.communicate(timeout=120)
-    kept = rows_of(out)
-    with open(results, "a") as f:
-        f.write('{"seed": 3, "scheduler": "DDIMSch')  # what a run killed mid-write leaves
-    second = subprocess.run(command + ["--quiet"], capture_output=True, text=True, timeout=600)
-    return {"out": out, "first": (first.returncode, stdout, stderr), "kept": kept, "second": second}
+# -- runs shared by the tests below ---------------------------------------------------------------------
+# Four sweeps, started side by side: a worker runs one thread, so a 1-worker sweep leaves a core
+# to the others, and starting a worker (importing torch, MindSpore and both diffusers) is most of
+# each sweep's time. Each worker loads the pipelines once.
+def start_sweep(*args, env=None):
+    return subprocess.Popen([sys.executable, "-m", "xrand", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=dict(os.environ, **(env or {})))
+
+
+def finish(proc):
+    stdout, stderr = proc.communicate(timeout=600)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 
 
 @pytest.fixture(scope="module")
-def two_workers(tmp_path_factory):
-    """workers=2, local; the worker running seed 3 is killed, and so is the one that retries it."""
-    tmp = tmp_path_factory.mktemp("two")
-    out = str(tmp / "sweep")
-    proc = xrand_cli(*SWEEP, "--seeds", "0-3", "--workers", "2", "--out", out, "--quiet",
-                     env=kill_hook(tmp, "3:2"))
-    return {"out": out, "proc": proc}
-
-
-@pytest.fixture(scope="module")
-def ray_cluster():
-    """One real local Ray for the module, started here; sweeps reach it with --ray-address."""
-    ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+def sweeps(tmp_path_factory):
+    """one: workers=1, local, two schedulers: interrupted with Ctrl-C after its first cell, a half
+    line appended, resumed (the longest chain: started first). two: workers=2, local; the worker
+    running seed 3 is killed, and so is the one that retries it. ray: workers=2 as Ray actors on one
+    real local Ray (started here, reached with --ray-address), two schedulers; the actor running the
+    last cell (seed 3, Euler ancestral) is killed once, the other retries it."""
+    runs, running, ray = {}, [], None
     try:
-        yield ray.get_runtime_context().gcs_address
+        out = str(tmp_path_factory.mktemp("one") / "sweep")
+        one = [*SWEEP, *TWO, "--seeds", "0-3", "--out", out]
+        first = start_sweep(*one)
+        running.append(("one", first))
+        tmp = tmp_path_factory.mktemp("two")
+        runs["two"] = {"out": str(tmp / "sweep")}
+        running.append(("two", start_sweep(*SWEEP, "--seeds", "0-3", "--workers", "2", "--out", runs["two"]["out"],
+                                           "--quiet", env=kill_hook(tmp, "3:2"))))
+        try:
+            import ray
+        except ImportError:
+            ray = None
+        if ray is not None:
+            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+            tmp = tmp_path_factory.mktemp("ray")
+            runs["ray"] = {"out": str(tmp / "sweep")}
+            running.append(("ray", start_sweep(*SWEEP, *TWO, "--seeds", "0-3", "--workers", "2", "--engine", "ray",
+                                               "--ray-address", ray.get_runtime_context().gcs_address, "--out",
+                                               runs["ray"]["out"], "--quiet", env=kill_hook(tmp, f"3@{EULER_A}:1"))))
+        results = os.path.join(out, "results.jsonl")
+        while first.poll() is None and not (os.path.exists(results) and os.path.getsize(results) > 0):
+            time.sleep(0.05)
+        first.send_signal(signal.SIGINT)
+        stdout, stderr = first.communicate(timeout=120)
+        kept = rows_of(out)
+        with open(results, "a") as f:
+            f.write('{"seed": 3, "scheduler": "DDIMSch')  # what a run killed mid-write leaves
+        second = start_sweep(*one, "--quiet")
+        running.append(("one", second))
+        runs["one"] = {"out": out, "first": (first.returncode, stdout, stderr), "kept": kept,
+                       "second": finish(second)}
+        for name, proc in running:
+            if name != "one":
+                runs[name]["proc"] = finish(proc)
+        yield runs
     finally:
-        ray.shutdown()
+        for _, proc in running:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        if ray is not None:
+            ray.shutdown()
 
 
 @pytest.fixture(scope="module")
-def on_ray(ray_cluster, tmp_path_factory):
-    """workers=2 as Ray actors, two schedulers; the actor running the last cell (seed 3, Euler
-    ancestral) is killed once, the other retries it."""
-    tmp = tmp_path_factory.mktemp("ray")
-    out = str(tmp / "sweep")
-    proc = xrand_cli(*SWEEP, *TWO, "--seeds", "0-3", "--workers", "2", "--engine", "ray", "--ray-address",
-                     ray_cluster, "--out", out, "--quiet", env=kill_hook(tmp, f"3@{EULER_A}:1"))
-    return {"out": out, "proc": proc}
+def one_worker(sweeps):
+    return sweeps["one"]
+
+
+@pytest.fixture(scope="module")
+def two_workers(sweeps):
+    return sweeps["two"]
+
+
+@pytest.fixture(scope="module")
+def on_ray(sweeps):
+    if "ray" not in sweeps:
+        pytest.skip("Ray is not installed (pip install 'xrand[ray]')")
+    return sweeps["ray"]
 
 
 # -- the sweep ------------------------------------------------------------------------------------------
