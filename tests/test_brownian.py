@@ -1,15 +1,11 @@
 """Brownian-tree noise from the xrand stream: a real Brownian motion, the same draws in diffusers
 and mindone, no global RNG touched, and the SDE schedulers agreeing across frameworks."""
-import json
-import os
-
 import numpy as np
 import pytest
 
 import xrand
 from xrand.brownian import BrownianNoiseSampler, BrownianPath
 
-DIGITS = os.path.join(os.path.dirname(xrand.__file__), "models", "digits")
 SDE_SCHEDULERS = ["DPMSolverSDEScheduler", "CosineDPMSolverMultistepScheduler"]
 
 
@@ -69,52 +65,22 @@ def test_bad_input_is_refused_with_a_usage_error():
 # ---------------------------------------------------------------- both libraries' schedulers
 
 torch = pytest.importorskip("torch")
-diffusers = pytest.importorskip("diffusers")
+pytest.importorskip("diffusers")
 pytest.importorskip("torchsde")
 
-
-def _mindone():
-    pytest.importorskip("mindspore")
-    return pytest.importorskip("mindone.diffusers")
+from scheduler_loop import digits_unets, generic_loop, rel_l2, scheduler as _scheduler  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def unets():
-    mindone_diffusers = _mindone()
+    pytest.importorskip("mindspore")
+    pytest.importorskip("mindone")
     from xrand.pipelines import mindspore_cpu
 
     mindspore_cpu.install()
     mindspore_cpu.tune_cpu_runtime()
-    pt = diffusers.UNet2DModel.from_pretrained(DIGITS, subfolder="unet").eval()
-    ms_unet = mindone_diffusers.UNet2DModel.from_pretrained(DIGITS, subfolder="unet")
-    yield {"torch": pt, "mindspore": ms_unet}
+    yield digits_unets()
     mindspore_cpu.uninstall()
-
-
-def _scheduler(framework, name):
-    library = diffusers if framework == "torch" else _mindone()
-    with open(os.path.join(DIGITS, "scheduler", "scheduler_config.json")) as f:
-        return getattr(library, name).from_config(json.load(f))
-
-
-def _generic_loop(framework, unet, scheduler, seed, steps=6):
-    """Initial noise x init_noise_sigma, scale_model_input, the UNet, the scheduler's own step."""
-    import inspect
-
-    generator = xrand.Generator(seed)
-    scheduler.set_timesteps(steps)
-    with xrand.use_backend(framework):
-        x = xrand.randn_tensor((1, 1, 16, 16), generator=generator) * scheduler.init_noise_sigma
-    extra = {"generator": generator} if "generator" in inspect.signature(scheduler.step).parameters else {}
-    for t in scheduler.timesteps:
-        model_input = scheduler.scale_model_input(x, t)
-        if framework == "torch":
-            with torch.no_grad():
-                out = unet(model_input, t).sample
-        else:
-            out = unet(model_input, t)[0]
-        x = scheduler.step(out, t, x, return_dict=False, **extra)[0]
-    return x.numpy() if framework == "torch" else x.asnumpy()
 
 
 def _run(framework, unets, name, brownian_seed, record=None):
@@ -128,11 +94,7 @@ def _run(framework, unets, name, brownian_seed, record=None):
             generator.normal = lambda *a: record.append(draw(*a)) or record[-1]
         assert use_xrand_brownian(scheduler, generator) is True
     with xrand.patched():
-        return _generic_loop(framework, unets[framework], scheduler, seed=5)
-
-
-def _rel(a, b):
-    return float(np.linalg.norm(a - b) / np.linalg.norm(a))
+        return generic_loop(framework, unets[framework], scheduler, seed=5)
 
 
 @pytest.mark.parametrize("name", SDE_SCHEDULERS)
@@ -142,9 +104,9 @@ def test_both_libraries_draw_the_same_numbers_and_agree(unets, name):
     assert len(draws["torch"]) == len(draws["mindspore"]) > 0
     for a, b in zip(draws["torch"], draws["mindspore"]):
         np.testing.assert_array_equal(a, b)
-    assert _rel(out["torch"], out["mindspore"]) < 5e-3  # measured 1.3e-6 (SDE), 8.3e-7 (Cosine)
+    assert rel_l2(out["torch"], out["mindspore"]) < 5e-3  # measured 1.3e-6 (SDE), 8.3e-7 (Cosine)
     # without the shared noise the two libraries are far apart (measured 0.76 and 1.4)
-    assert _rel(out["torch"], _run("mindspore", unets, name, False)) > 5e-3
+    assert rel_l2(out["torch"], _run("mindspore", unets, name, False)) > 5e-3
 
 
 @pytest.mark.parametrize("name", SDE_SCHEDULERS)
@@ -183,7 +145,7 @@ def test_no_global_random_state_is_read_or_changed(unets, name):
     torch.manual_seed(0)
     again = {fw: _run(fw, unets, name, None) for fw in ("torch", "mindspore")}
     for fw in first:  # the same global seeds, different noise: unseeded runs do not depend on them
-        assert _rel(first[fw], again[fw]) > 5e-3
+        assert rel_l2(first[fw], again[fw]) > 5e-3
 
 
 def test_the_sampler_is_rebuilt_after_set_timesteps_and_continues_the_stream(unets):
@@ -194,10 +156,10 @@ def test_the_sampler_is_rebuilt_after_set_timesteps_and_continues_the_stream(une
         scheduler = _scheduler(fw, "DPMSolverSDEScheduler")
         use_xrand_brownian(scheduler, xrand.Generator(2))
         with xrand.patched():
-            outs[fw] = [_generic_loop(fw, unets[fw], scheduler, seed=5, steps=3) for _ in range(2)]
-    assert _rel(outs["torch"][0], outs["torch"][1]) > 5e-3  # new noise on the second run...
+            outs[fw] = [generic_loop(fw, unets[fw], scheduler, seed=5, steps=3) for _ in range(2)]
+    assert rel_l2(outs["torch"][0], outs["torch"][1]) > 5e-3  # new noise on the second run...
     for i in range(2):  # ...and the same on both sides
-        assert _rel(outs["torch"][i], outs["mindspore"][i]) < 5e-3
+        assert rel_l2(outs["torch"][i], outs["mindspore"][i]) < 5e-3
 
 
 def test_schedulers_without_a_brownian_tree_are_left_alone():

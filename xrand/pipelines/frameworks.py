@@ -13,6 +13,7 @@ from typing import Any, Iterator, Optional, Tuple
 import numpy as np
 
 from ..checks import UsageError
+from ..registry import backend
 from .quiet import silenced
 
 #: The frameworks a comparison runs, in report order (the torch side is the reference).
@@ -53,7 +54,11 @@ def mindspore_mode(mode: str) -> Iterator[None]:
 
 
 class Framework:
-    """One framework and its diffusion library, as the pipelines layer uses them."""
+    """One framework and its diffusion library, as the pipelines layer uses them.
+
+    What belongs to the framework itself (its dtypes, reading a tensor) is its xrand backend's;
+    this adds what belongs to the diffusion library.
+    """
 
     name: str = ""
     library: str = ""  # the diffusion library's package, e.g. "diffusers"
@@ -64,7 +69,7 @@ class Framework:
             return importlib.import_module(self.library)
 
     def dtype(self, name: str) -> Any:
-        raise NotImplementedError
+        return backend(self.name).dtype(name)
 
     def dtype_argument(self) -> str:
         """``from_pretrained``'s keyword for the dtype."""
@@ -78,7 +83,8 @@ class Framework:
         raise NotImplementedError
 
     def to_numpy(self, tensor: Any) -> np.ndarray:
-        raise NotImplementedError
+        """The values as float32 (float16 and bfloat16 widened), whatever the device."""
+        return backend(self.name).to_numpy(tensor).astype(np.float32, copy=False)
 
     def cat(self, tensors: list) -> Any:
         raise NotImplementedError
@@ -104,11 +110,6 @@ class Torch(Framework):
     library = "diffusers"
     transformers = "transformers"
 
-    def dtype(self, name):
-        import torch
-
-        return getattr(torch, name)
-
     def dtype_argument(self):
         return "torch_dtype"
 
@@ -121,9 +122,6 @@ class Torch(Framework):
         import torch
 
         return torch.from_numpy(np.ascontiguousarray(array)).to(device=device, dtype=dtype)
-
-    def to_numpy(self, tensor):
-        return tensor.detach().float().cpu().numpy()
 
     def cat(self, tensors):
         import torch
@@ -146,11 +144,6 @@ class MindSpore(Framework):
     library = "mindone.diffusers"
     transformers = "mindone.transformers"
 
-    def dtype(self, name):
-        import mindspore as ms
-
-        return getattr(ms, name)
-
     def dtype_argument(self):
         return "mindspore_dtype"
 
@@ -163,9 +156,6 @@ class MindSpore(Framework):
         import mindspore as ms
 
         return ms.tensor(np.ascontiguousarray(array), dtype=dtype)
-
-    def to_numpy(self, tensor):
-        return tensor.float().asnumpy()
 
     def cat(self, tensors):
         from mindspore import ops
