@@ -92,8 +92,6 @@ def parse_schedulers(text: Optional[str], settings: Any) -> List[str]:
     come first, ``--scheduler-option`` values over them. Every entry is checked as compare checks
     it (:class:`.settings.Settings`), before any framework is imported.
     """
-    from dataclasses import replace
-
     from . import schedulers
     from .sides import folder_scheduler, is_local
 
@@ -160,8 +158,6 @@ class SweepConfig:
 
     def cell_settings(self, seed: int, scheduler: Optional[str]) -> Any:
         """The Settings of one cell: the sweep's, with the cell's seed and scheduler label."""
-        from dataclasses import replace
-
         if scheduler is None:
             return replace(self.settings, seed=seed)
         name, options = split_label(scheduler)
