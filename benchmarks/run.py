@@ -10,6 +10,7 @@ Figures (one file each, also runnable alone):
   5 bench_ddim.py          DDIM seconds per step, torch vs MindSpore, compare_frameworks overhead
   6 bench_sd.py            tiny Stable Diffusion seconds per step, torch vs MindSpore, compare overhead
   7 bench_layers.py        compare --layers against one lockstep step of the same model
+  8 bench_sweep.py         xrand sweep cells per minute, 1 and 2 local workers, Ray's overhead
 
 About 5 minutes on 2 cores. Timings interleave the compared calls; each figure records how
 much CPU other processes took meanwhile, so a shared machine shows in the results. With
@@ -39,6 +40,7 @@ FIGURES = {
     5: ("bench_ddim", {}),
     6: ("bench_sd", {}),
     7: ("bench_layers", {}),
+    8: ("bench_sweep", {}),
 }
 
 

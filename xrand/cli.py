@@ -1,4 +1,4 @@
-"""Command line: ``xrand compare``, ``xrand run``, ``xrand doctor``.
+"""Command line: ``xrand compare``, ``xrand run``, ``xrand sweep``, ``xrand doctor``.
 
 Exit status: 0 when a comparison passes (or a command succeeds), 1 when it fails its
 tolerance, 2 for a user error (one line on stderr, no traceback).
@@ -173,6 +173,49 @@ def cmd_run(args) -> int:
     return 0
 
 
+def cmd_sweep(args) -> int:
+    from .pipelines.compare import check_tolerance
+    from .pipelines.frameworks import check_mindspore_mode
+    from .pipelines.sweep import SweepConfig, check_engine, check_workers, parse_schedulers, parse_seeds, run_sweep
+
+    if args.seed is not None:
+        raise UsageError(f"--seed {args.seed}: a sweep takes --seeds (A-B inclusive or a comma list, e.g. 0-99)")
+    seeds = parse_seeds(args.seeds)
+    check_workers(args.workers)
+    check_engine(args.engine)
+    if args.ray_address and args.engine != "ray":
+        raise UsageError(f"--ray-address {args.ray_address!r} needs --engine ray")
+    if args.tolerance is not None:
+        check_tolerance(args.tolerance)
+    check_mindspore_mode(args.mindspore_mode)
+    devices = _devices(args.device)
+    # every compare setting, checked as compare checks it, with the first seed and the folder's scheduler;
+    # each cell gets its own seed and scheduler
+    settings = _settings(args, seed=seeds[0], scheduler=None)
+    schedulers = parse_schedulers(args.scheduler, settings)
+    config = SweepConfig(settings=settings, tolerance=args.tolerance, mindspore_mode=args.mindspore_mode,
+                         torch_device=devices.get("torch", "cpu"), mindspore_device=devices.get("mindspore"))
+    result = run_sweep(config, seeds, schedulers, args.out, workers=args.workers, engine=args.engine,
+                       ray_address=args.ray_address, progress=not args.quiet)
+    per = result.summary["schedulers"]
+    counts = {key: sum(p[key] for p in per.values()) for key in ("passed", "failed", "errors")}
+    if args.quiet:
+        print(json.dumps({"verdict": result.summary["verdict"], "cells": len(result.cells),
+                          "finished": result.summary["finished"], **counts, "ran": result.ran, "out": args.out}))
+    else:
+        for name, p in per.items():
+            rate = "-" if p["pass_rate"] is None else f"{p['pass_rate']:.1%}"
+            print(f"{name}: {p['passed']} of {p['finished']} cells passed ({rate}), {p['failed']} failed, "
+                  f"{p['errors']} errors")
+        print(f"xrand: {result.ran} cells run now, {len(result.cells) - result.ran} already in {args.out}/; "
+              f"summary in {args.out}/summary.md, sweep.png, results.jsonl")
+    if result.interrupted:
+        print(f"xrand sweep: interrupted; {result.summary['finished']} of {len(result.cells)} cells kept in "
+              f"{args.out}/ (run the same command to finish)", file=sys.stderr)
+        return 130
+    return 0 if result.passed else 1
+
+
 def cmd_doctor(args) -> int:
     from .pipelines.environment import fingerprint
     from .registry import available_backends, get_backend
@@ -225,7 +268,8 @@ def _add_settings(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pipeline", help=f"pipeline class ({', '.join(PIPELINES)}; default: the folder's "
                                       "model_index.json)")
     p.add_argument("--scheduler", help="scheduler class name (any case) or alias such as euler-a, dpm++-2m-sde; "
-                                       "'all' (compare only) runs every shared scheduler (default: the folder's)")
+                                       "'all' (compare, sweep) runs every shared scheduler; sweep takes NAME,NAME... "
+                                       "too (default: the folder's)")
     p.add_argument("--scheduler-option", action="append", metavar="KEY=VALUE",
                    help="scheduler config option or step() argument, VALUE parsed as JSON when it parses, "
                         "e.g. use_karras_sigmas=true (repeatable)")
@@ -287,6 +331,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="side file to write (.safetensors)")
     _add_settings(p)
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("sweep", help="compare torch and MindSpore over many seeds (and schedulers), on local "
+                                     "processes or Ray; resumable")
+    p.add_argument("--seeds", required=True, help="seeds: A-B (inclusive) or a comma list, e.g. 0-99 or 1,5,9")
+    _add_settings(p)
+    p.set_defaults(seed=None)
+    p.add_argument("--tolerance", type=float, help="relative L2 limit for PASS (default 5e-3 fp32, 5e-2 fp16)")
+    p.add_argument("--workers", type=int, default=1, help="worker processes, each loads the pipelines once "
+                                                          "(default 1)")
+    p.add_argument("--engine", default="local", help="local (a process pool, default) or ray")
+    p.add_argument("--ray-address", help="Ray cluster HOST:PORT (default: a local Ray started for the run)")
+    p.add_argument("--out", required=True, help="output folder; the same command on it again runs only missing cells")
+    p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("doctor", help="which backends work here, and the environment fingerprint")
     p.add_argument("--json", action="store_true", help="print JSON")

@@ -1,0 +1,120 @@
+"""Figure 8: `xrand sweep` throughput: cells per minute with 1 and 2 local workers, and Ray's cost.
+
+    python benchmarks/bench_sweep.py [--repeats 2]
+
+Each sweep runs in a fresh process (``xrand.pipelines.sweep.run_sweep``, as ``xrand sweep`` runs
+it) on the embedded digits model, into a new folder, with the time of every finished cell
+recorded. Three runs per repeat, their order rotating: the local engine with 1 and with 2
+workers, and the Ray engine with 2 workers on a local Ray started for the run. Steady rate: cells
+per minute once every worker has delivered its first cell (loading excluded); wall: the whole
+sweep, start-up included. Targets: 2 workers at least 1.6x one worker's steady rate (80% scaling
+on 2 cores); Ray's steady rate within 10% of the local engine's.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench_common import Row, Section, fmt_mmm, run_json
+
+CELLS = 12
+SEEDS = f"0-{CELLS - 1}"
+STEPS = 10
+TARGET_SCALING = 0.80
+TARGET_RAY_OVERHEAD = 0.10
+RUNS = {"local, 1 worker": ("local", 1), "local, 2 workers": ("local", 2), "ray, 2 workers": ("ray", 2)}
+
+
+def child(engine: str, workers: int, out: str) -> dict:
+    """Runs in a fresh process: one sweep, the moment each cell was written."""
+    from xrand.cli import default_model
+    from xrand.pipelines import sweep
+
+    stamps = []
+    append = sweep.ResultsFolder.append
+
+    def timed_append(self, row):
+        append(self, row)
+        stamps.append(time.perf_counter())
+
+    sweep.ResultsFolder.append = timed_append
+    from xrand.pipelines.settings import Settings
+
+    settings = Settings(model=default_model(), steps=STEPS, batch_size=1)
+    config = sweep.SweepConfig(settings)
+    start = time.perf_counter()
+    result = sweep.run_sweep(config, sweep.parse_seeds(SEEDS), sweep.parse_schedulers(None, settings), out,
+                             workers=workers, engine=engine)
+    wall = time.perf_counter() - start
+    times = [t - start for t in stamps]
+    k = min(workers, len(times) - 1)  # every worker has delivered once after the k-th cell
+    steady = (len(times) - k) / (times[-1] - times[k - 1]) * 60
+    return {"wall_s": wall, "first_cell_s": times[0], "steady_cells_per_min": steady,
+            "wall_cells_per_min": len(times) / wall * 60, "passed": result.passed,
+            "cell_s": statistics.median(r["seconds"] for r in result.rows.values())}
+
+
+def run(repeats: int = 2) -> Section:
+    section = Section(
+        title="8. `xrand sweep` throughput: 1 and 2 local workers, and the Ray engine",
+        method=(
+            f"Sweeps of {CELLS} cells (seeds {SEEDS}, the "
+            f"embedded digits model, {STEPS} steps, batch 1, one torch thread per worker), each in a fresh process "
+            "calling `run_sweep` as `xrand sweep` does, into a new folder; the three runs of a repeat rotate their "
+            f"order, {repeats} repeats. **Steady**: cells per minute once every worker has delivered its first "
+            "cell (pipeline loading excluded). **Wall**: cells per minute over the whole sweep, worker start-up "
+            "(importing torch and MindSpore, loading both pipelines) and, for Ray, starting a local Ray included. "
+            "Scaling efficiency: steady rate with 2 workers / (2 x with 1). Ray overhead: local / Ray steady "
+            "rate - 1, both with 2 workers."
+        ),
+        columns=["run", "steady cells/min (min / med / max)", "wall cells/min", "wall s", "first cell after s",
+                 "vs reference"],
+    )
+    results = {name: [] for name in RUNS}
+    with tempfile.TemporaryDirectory(prefix="xrand-bench-sweep-") as tmp:
+        for r in range(repeats):
+            names = list(RUNS)
+            for name in names[r % len(names):] + names[: r % len(names)]:
+                engine, workers = RUNS[name]
+                out = str(Path(tmp) / f"{engine}-{workers}-{r}")
+                results[name].append(run_json([str(Path(__file__).resolve()), "--child", engine, str(workers), out],
+                                              timeout=1200))
+    steady = {name: [x["steady_cells_per_min"] for x in rs] for name, rs in results.items()}
+    for name, rs in results.items():
+        cells = [name, fmt_mmm(steady[name], 1, 1), fmt_mmm([x["wall_cells_per_min"] for x in rs], 1, 1),
+                 fmt_mmm([x["wall_s"] for x in rs], 1, 0), fmt_mmm([x["first_cell_s"] for x in rs], 1, 0)]
+        if name == "local, 2 workers":
+            eff = [b / (2 * a) for a, b in zip(steady["local, 1 worker"], steady[name])]
+            section.rows.append(Row(cells + ["scaling efficiency " + fmt_mmm(eff, 100, 0) + " %"],
+                                    target=f"≥ {TARGET_SCALING:.0%}", met=statistics.median(eff) >= TARGET_SCALING))
+        elif name == "ray, 2 workers":
+            over = [a / b - 1 for a, b in zip(steady["local, 2 workers"], steady[name])]
+            section.rows.append(Row(cells + ["overhead over local " + fmt_mmm(over, 100, 0) + " %"],
+                                    target=f"≤ {TARGET_RAY_OVERHEAD:.0%}",
+                                    met=statistics.median(over) <= TARGET_RAY_OVERHEAD))
+        else:
+            section.rows.append(Row(cells + ["-"]))
+    cell_s = statistics.median(x["cell_s"] for rs in results.values() for x in rs)
+    section.notes.append(f"A cell (both pipelines, {STEPS} steps, and the metrics) took {cell_s:.2f} s of a worker's "
+                         "time (median). Every sweep passed: "
+                         f"{all(x['passed'] for rs in results.values() for x in rs)}.")
+    return section
+
+
+def main() -> None:
+    if "--child" in sys.argv:
+        engine, workers, out = sys.argv[sys.argv.index("--child") + 1:][:3]
+        print(json.dumps(child(engine, int(workers), out)))
+        return
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=2)
+    print(run(parser.parse_args().repeats).markdown())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,333 @@
+"""xrand sweep: cells over seeds, the same numbers whatever the workers and engine, resume,
+faults, Ctrl-C, one-line errors. Real torch and MindSpore pipelines, a real local Ray."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from xrand.cli import default_model, main
+from xrand.pipelines import schedulers
+from xrand.pipelines.settings import Settings
+from xrand.pipelines.sweep import ResultsFolder, parse_schedulers, parse_seeds, quantiles, row_label, wilson
+
+pytest.importorskip("torch")
+pytest.importorskip("mindone.diffusers")
+pytest.importorskip("skimage")
+
+SWEEP = ["sweep", "--steps", "2", "--batch-size", "1"]  # the embedded digits model
+TWO = ["--scheduler", "ddim,euler-a"]  # a deterministic and an ancestral (noise-drawing) scheduler
+DDIM, EULER_A = "DDIMScheduler", "EulerAncestralDiscreteScheduler"
+METRICS = ("rel_l2", "max_abs", "psnr_db", "ssim", "passed")
+
+
+def xrand_cli(*args, env=None, cwd=None, timeout=600):
+    return subprocess.run([sys.executable, "-m", "xrand", *args], capture_output=True, text=True, cwd=cwd,
+                          env=dict(os.environ, **(env or {})), timeout=timeout)
+
+
+def rows_of(out):
+    with open(os.path.join(out, "results.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def by_cell(rows):
+    """(seed, scheduler label) -> the cell's numbers, for the rows that are not error rows."""
+    return {(r["seed"], row_label(r)): {k: r[k] for k in METRICS} for r in rows if "error" not in r}
+
+
+def kill_hook(tmp_path, spec):
+    """Worker processes SIGKILL themselves on the chosen cells (seed:times), as the OOM killer would."""
+    folder = tmp_path / "kills"
+    folder.mkdir()
+    return {"XRAND_SWEEP_TEST_KILL": spec, "XRAND_SWEEP_TEST_KILL_DIR": str(folder)}
+
+
+# -- runs shared by the tests below ---------------------------------------------------------------------
+# Four sweeps, started side by side: a worker runs one thread, so a 1-worker sweep leaves a core
+# to the others, and starting a worker (importing torch, MindSpore and both diffusers) is most of
+# each sweep's time. Each worker loads the pipelines once.
+def start_sweep(*args, env=None):
+    return subprocess.Popen([sys.executable, "-m", "xrand", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=dict(os.environ, **(env or {})))
+
+
+def finish(proc):
+    stdout, stderr = proc.communicate(timeout=600)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+
+
+@pytest.fixture(scope="module")
+def sweeps(tmp_path_factory):
+    """one: workers=1, local, two schedulers: interrupted with Ctrl-C after its first cell, a half
+    line appended, resumed (the longest chain: started first). two: workers=2, local; the worker
+    running seed 3 is killed, and so is the one that retries it. ray: workers=2 as Ray actors on one
+    real local Ray (started here, reached with --ray-address), two schedulers; the actor running the
+    last cell (seed 3, Euler ancestral) is killed once, the other retries it."""
+    runs, running, ray = {}, [], None
+    try:
+        out = str(tmp_path_factory.mktemp("one") / "sweep")
+        one = [*SWEEP, *TWO, "--seeds", "0-3", "--out", out]
+        first = start_sweep(*one)
+        running.append(("one", first))
+        tmp = tmp_path_factory.mktemp("two")
+        runs["two"] = {"out": str(tmp / "sweep")}
+        running.append(("two", start_sweep(*SWEEP, "--seeds", "0-3", "--workers", "2", "--out", runs["two"]["out"],
+                                           "--quiet", env=kill_hook(tmp, "3:2"))))
+        try:
+            import ray
+        except ImportError:
+            ray = None
+        if ray is not None:
+            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+            tmp = tmp_path_factory.mktemp("ray")
+            runs["ray"] = {"out": str(tmp / "sweep")}
+            running.append(("ray", start_sweep(*SWEEP, *TWO, "--seeds", "0-3", "--workers", "2", "--engine", "ray",
+                                               "--ray-address", ray.get_runtime_context().gcs_address, "--out",
+                                               runs["ray"]["out"], "--quiet", env=kill_hook(tmp, f"3@{EULER_A}:1"))))
+        results = os.path.join(out, "results.jsonl")
+        while first.poll() is None and not (os.path.exists(results) and os.path.getsize(results) > 0):
+            time.sleep(0.05)
+        first.send_signal(signal.SIGINT)
+        stdout, stderr = first.communicate(timeout=120)
+        kept = rows_of(out)
+        with open(results, "a") as f:
+            f.write('{"seed": 3, "scheduler": "DDIMSch')  # what a run killed mid-write leaves
+        second = start_sweep(*one, "--quiet")
+        running.append(("one", second))
+        runs["one"] = {"out": out, "first": (first.returncode, stdout, stderr), "kept": kept,
+                       "second": finish(second)}
+        for name, proc in running:
+            if name != "one":
+                runs[name]["proc"] = finish(proc)
+        yield runs
+    finally:
+        for _, proc in running:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        if ray is not None:
+            ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def one_worker(sweeps):
+    return sweeps["one"]
+
+
+@pytest.fixture(scope="module")
+def two_workers(sweeps):
+    return sweeps["two"]
+
+
+@pytest.fixture(scope="module")
+def on_ray(sweeps):
+    if "ray" not in sweeps:
+        pytest.skip("Ray is not installed (pip install 'xrand[ray]')")
+    return sweeps["ray"]
+
+
+# -- the sweep ------------------------------------------------------------------------------------------
+def test_results_per_seed_do_not_depend_on_the_number_of_workers(one_worker, two_workers):
+    one, two = (by_cell(rows_of(run["out"])) for run in (one_worker, two_workers))
+    assert sorted(two) == [(seed, DDIM) for seed in range(3)]  # seed 3: an error row (see below)
+    assert {cell: one[cell] for cell in two} == two
+    assert len({one[(seed, DDIM)]["rel_l2"] for seed in range(4)}) == 4  # four seeds, four different results
+
+
+def test_two_schedulers_give_the_same_results_per_seed_on_one_local_worker_and_on_ray(one_worker, on_ray):
+    one, ray = (by_cell(rows_of(run["out"])) for run in (one_worker, on_ray))
+    assert sorted(one) == sorted((seed, name) for seed in range(4) for name in (DDIM, EULER_A))
+    assert ray == one
+    # the scheduler was swapped in: the same seed ends elsewhere under Euler ancestral than under DDIM
+    assert all(one[(seed, DDIM)]["rel_l2"] != one[(seed, EULER_A)]["rel_l2"] for seed in range(4))
+
+
+def test_ctrl_c_stops_cleanly_and_keeps_finished_cells(one_worker):
+    code, stdout, stderr = one_worker["first"]
+    assert code == 130, stderr
+    assert "Traceback" not in stderr
+    assert "interrupted" in stderr and "run the same command to finish" in stderr
+    assert "cell" in stderr  # the progress bar
+    assert 1 <= len(one_worker["kept"]) < 8
+
+
+def test_resume_runs_only_missing_cells_and_drops_a_half_written_line(one_worker):
+    second, kept = one_worker["second"], one_worker["kept"]
+    assert second.returncode == 0, second.stderr
+    line = json.loads(second.stdout)
+    assert line == {"verdict": "pass", "cells": 8, "finished": 8, "passed": 8, "failed": 0, "errors": 0,
+                    "ran": 8 - len(kept), "out": one_worker["out"]}
+    rows = rows_of(one_worker["out"])  # every line parses: the half line is gone
+    assert sorted((r["seed"], r["scheduler"]) for r in rows) == sorted(
+        (seed, name) for seed in range(4) for name in (DDIM, EULER_A))
+    assert rows[:len(kept)] == kept
+    assert {r["worker"] for r in rows[len(kept):]}.isdisjoint({r["worker"] for r in kept})
+
+
+def test_writes_rows_summary_and_picture(one_worker):
+    out = one_worker["out"]
+    rows = rows_of(out)
+    for row in rows:
+        assert set(row) == {"seed", "scheduler", "rel_l2", "max_abs", "psnr_db", "ssim", "passed", "seconds",
+                            "worker"}
+        assert 0 < row["rel_l2"] < 5e-3 and 0.99 < row["ssim"] <= 1
+    summary = json.load(open(os.path.join(out, "summary.json")))
+    assert summary["verdict"] == "pass" and list(summary["schedulers"]) == [DDIM, EULER_A]
+    markdown = open(os.path.join(out, "summary.md")).read()
+    for name in (DDIM, EULER_A):
+        mine = [r for r in rows if r["scheduler"] == name]
+        per = summary["schedulers"][name]
+        assert (per["cells"], per["passed"], per["pass_rate"]) == (4, 4, 1.0)
+        assert per["pass_rate_95"] == pytest.approx(wilson(4, 4))
+        assert per["rel_l2"]["worst"] == max(r["rel_l2"] for r in mine)
+        assert per["ssim"]["worst"] == min(r["ssim"] for r in mine)
+        assert f"| {name} | 4 of 4 | 4 | 0 | 0 |" in markdown
+    assert open(os.path.join(out, "sweep.png"), "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_worker_that_dies_twice_on_a_cell_gives_an_error_row_and_the_sweep_goes_on(two_workers):
+    proc = two_workers["proc"]
+    assert proc.returncode == 1, proc.stderr  # one cell did not pass
+    assert json.loads(proc.stdout)["errors"] == 1
+    rows = {r["seed"]: r for r in rows_of(two_workers["out"])}
+    assert sorted(rows) == [0, 1, 2, 3]
+    assert all(rows[seed]["passed"] for seed in (0, 1, 2))
+    assert rows[3]["passed"] is False and rows[3]["rel_l2"] is None
+    assert "killed by SIGKILL" in rows[3]["error"] and "twice" in rows[3]["error"]
+    summary = json.load(open(os.path.join(two_workers["out"], "summary.json")))
+    assert summary["verdict"] == "fail" and summary["schedulers"]["DDIMScheduler"]["errors"] == 1
+    assert summary["schedulers"]["DDIMScheduler"]["pass_rate_95"] == pytest.approx(wilson(3, 4))
+
+
+def test_ray_retries_a_dead_actor_elsewhere(on_ray):
+    proc = on_ray["proc"]
+    assert proc.returncode == 0, proc.stderr
+    rows = rows_of(on_ray["out"])
+    assert len(rows) == 8 and all(r["passed"] for r in rows)
+    assert len(os.listdir(os.path.join(os.path.dirname(on_ray["out"]), "kills"))) == 1  # it was killed once
+    assert len({r["worker"] for r in rows}) == 2  # and retried on the other actor
+
+
+def test_a_folder_of_other_settings_is_refused_naming_the_difference(one_worker, capsys):
+    out = one_worker["out"]
+    before = {name: open(os.path.join(out, name), "rb").read() for name in os.listdir(out)}
+    code = main([*SWEEP, "--eta", "1", "--seeds", "0-3", "--out", out])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1
+    assert "holds a sweep with other settings (eta: 0.0 in the folder, 1.0 now)" in err[0]
+    assert {name: open(os.path.join(out, name), "rb").read() for name in os.listdir(out)} == before
+
+
+# -- bad input ------------------------------------------------------------------------------------------
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--seeds", "5-2"], "--seeds '5-2': the range '5-2' ends before it starts"),
+    (["--seeds", "a-b"], "--seeds 'a-b': 'a-b' is not a seed or a range A-B of seeds"),
+    (["--seeds", ""], "--seeds '' is empty"),
+    (["--seeds", "0-3", "--workers", "0"], "--workers must be a positive integer, got 0"),
+    (["--seeds", "0-3", "--engine", "spark"], "unknown engine 'spark'; accepted: local, ray"),
+    (["--seeds", "0-3", "--scheduler", "ddim,warp"], "unknown scheduler 'warp'; accepted: DDIMScheduler, "),
+    (["--seeds", "0-3", "--scheduler", "ddim,,euler"], "--scheduler 'ddim,,euler': an empty name"),
+    (["--seeds", "0-3", "--scheduler", "flowmatcheulerdiscrete"],
+     "scheduler FlowMatchEulerDiscreteScheduler cannot drive this model"),
+    (["--seeds", "0-3", "--scheduler", "all", "--scheduler-option", "eta=1"],
+     "--scheduler-option cannot be combined with --scheduler all"),
+    (["--seeds", "0-3", "--scheduler-option", "karras"], "scheduler option 'karras': expected KEY=VALUE"),
+    (["--seeds", "0-3", "--pipeline", "StableDiffusionPipeline"], "StableDiffusionPipeline is text to image"),
+    (["--seeds", "0-3", "--seed", "4"], "--seed 4: a sweep takes --seeds"),
+    (["--seeds", "0-3", "--ray-address", "127.0.0.1:1"], "needs --engine ray"),
+    (["--seeds", "0-3", "--steps", "0"], "steps must be a positive integer, got 0"),
+])
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(args, message, tmp_path, capsys):
+    code = main(["sweep", *args, "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and message in err[0], err
+    assert os.listdir(tmp_path) == []
+
+
+def test_unreachable_ray_address_fails_fast_in_one_line(tmp_path):
+    address = f"127.0.0.1:{free_port()}"  # nothing listens there
+    out = xrand_cli(*SWEEP, "--seeds", "0-3", "--engine", "ray", "--ray-address", address, "--out", "o",
+                    cwd=str(tmp_path), timeout=30)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1, out.stderr
+    assert f"--ray-address '{address}': no Ray cluster answers there" in lines[0]
+    assert os.listdir(tmp_path) == []
+
+
+def test_ray_not_installed_says_what_to_install(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "ray", None)  # what an interpreter without Ray sees
+    code = main([*SWEEP, "--seeds", "0-3", "--engine", "ray", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1
+    assert "--engine ray needs Ray, which is not installed: pip install 'xrand[ray]'" in err[0]
+    assert os.listdir(tmp_path) == []
+
+
+# -- pieces ---------------------------------------------------------------------------------------------
+def test_seeds_are_inclusive_ranges_and_lists():
+    assert parse_seeds("0-99") == list(range(100))
+    assert parse_seeds("7") == [7]
+    assert parse_seeds("1,5, 9") == [1, 5, 9]
+    assert parse_seeds("0-2,10,1-3") == [0, 1, 2, 10, 3]  # order kept, repeats dropped
+    assert parse_seeds("18446744073709551615") == [2**64 - 1]
+    for bad in ("5-2", "a-b", "", " ", "1,,2", "-1", "2**64", "0-1.5", "18446744073709551616"):
+        with pytest.raises(ValueError, match="--seeds"):
+            parse_seeds(bad)
+
+
+def test_schedulers_take_compares_names_aliases_and_all_with_their_options():
+    settings = Settings(model=default_model(), steps=2, batch_size=1)
+    assert parse_schedulers(None, settings) == [DDIM]  # the folder's own
+    assert parse_schedulers("ddim, DDIMScheduler,euler-a", settings) == [DDIM, EULER_A]
+    assert parse_schedulers("dpm++-2m-karras", settings) == [
+        'DPMSolverMultistepScheduler {"algorithm_type": "dpmsolver++", "use_karras_sigmas": true}']
+    everything = parse_schedulers("all", settings)  # the matrix's entries, each with its options
+    assert len(everything) == len(schedulers.MATRIX)
+    assert everything[:2] == [DDIM, 'DDIMScheduler {"eta": 1.0}']
+    # --scheduler-option goes into every entry, over an alias's own options
+    given = Settings(model=default_model(), scheduler_options={"timestep_spacing": "trailing"})
+    assert parse_schedulers("ddim,dpm++-2m", given) == [
+        'DDIMScheduler {"timestep_spacing": "trailing"}',
+        'DPMSolverMultistepScheduler {"algorithm_type": "dpmsolver++", "timestep_spacing": "trailing"}']
+    given = Settings(model=default_model(), scheduler_options={"algorithm_type": "dpmsolver"})
+    assert parse_schedulers("dpm++-2m", given) == ['DPMSolverMultistepScheduler {"algorithm_type": "dpmsolver"}']
+    with pytest.raises(ValueError, match="unknown scheduler 'warp'"):
+        parse_schedulers("ddim,warp", settings)
+    with pytest.raises(ValueError, match="its scheduler is not known before loading; name one with --scheduler"):
+        parse_schedulers(None, Settings(model="some-org/some-model"))
+
+
+def test_wilson_interval_and_bad_side_quantiles():
+    # Wilson (1927) 95% interval: 5 of 10 -> 0.2366 to 0.7634; 0 of 4 -> 0 to 0.4899
+    assert wilson(5, 10) == pytest.approx([0.23659, 0.76341], abs=1e-5)
+    assert wilson(0, 4) == pytest.approx([0.0, 0.48990], abs=1e-5)
+    assert wilson(0, 0) is None
+    values = list(np.arange(1.0, 101.0))
+    assert quantiles(values, "higher") == {"median": 50.0, "p90": 90.0, "p99": 99.0, "worst": 100.0}
+    assert quantiles(values, "lower") == {"median": 50.0, "p90": 10.0, "p99": 1.0, "worst": 1.0}
+    assert quantiles([float("inf")] * 3, "lower")["median"] == float("inf")  # identical images: PSNR inf
+
+
+def test_a_half_written_last_line_is_dropped_and_a_bad_middle_line_refused(tmp_path):
+    rows = [{"seed": s, "scheduler": "DDIMScheduler", "passed": True} for s in (0, 1)]
+    rows.append({"seed": 0, "scheduler": "DDIMScheduler", "options": {"eta": 1.0}, "passed": True})
+    path = tmp_path / "results.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"seed": 2, "sch')
+    assert sorted(ResultsFolder(str(tmp_path)).read()) == [(0, "DDIMScheduler"), (0, 'DDIMScheduler {"eta": 1.0}'),
+                                                           (1, "DDIMScheduler")]
+    assert path.read_text() == "".join(json.dumps(r) + "\n" for r in rows)  # cut, ready to append
+    path.write_text("not json\n" + json.dumps(rows[0]) + "\n")
+    with pytest.raises(ValueError, match="results.jsonl line 1 is not a result row"):
+        ResultsFolder(str(tmp_path)).read()
