@@ -357,7 +357,6 @@ def layer_diff(torch_module: Any, ms_cell: Any, args: Sequence[Any], kwargs: Opt
     import mindspore as ms
     import torch
 
-    from .frameworks import mindspore_mode
 
     if threshold is not None:
         threshold = check_threshold(threshold)
@@ -407,7 +406,6 @@ def layer_diff(torch_module: Any, ms_cell: Any, args: Sequence[Any], kwargs: Opt
     ms_called = set()
     dumps: Dict[str, List[Tuple[str, np.ndarray]]] = {}
     dump_set = set(dump)
-    ms_handles = []
 
     def ms_pre(cell, a, kw, name):
         k = ms_counts.get(name, 0)
@@ -427,17 +425,7 @@ def layer_diff(torch_module: Any, ms_cell: Any, args: Sequence[Any], kwargs: Opt
         if name in dump_set:
             dumps[name].extend((f"call{key[1]}.output.{i}", o) for i, o in enumerate(outputs))
 
-    for name, cell in cells.items():
-        ms_handles.append(cell.register_forward_pre_hook(
-            lambda cell, a, kw, name=name: ms_pre(cell, a, kw, name), with_kwargs=True))
-        ms_handles.append(cell.register_forward_hook(
-            lambda cell, a, kw, out, name=name: ms_post(cell, a, kw, out, name), with_kwargs=True))
-    try:
-        with mindspore_mode("pynative"):
-            ms_cell(*to_mindspore(list(args), ms_dtype), **to_mindspore(kwargs, ms_dtype))
-    finally:
-        for h in ms_handles:
-            h.remove()
+    _run_hooked(ms_cell, cells, ms_pre, ms_post, args, kwargs, ms_dtype)
 
     # 3. MindSpore once more, every call fed the torch call's inputs and handing on the torch call's
     # outputs: a call's local error is its own operations' (its output, and the inputs its own
@@ -471,18 +459,7 @@ def layer_diff(torch_module: Any, ms_cell: Any, args: Sequence[Any], kwargs: Opt
             return None
         return _replace_tensors(output, iter(c.outputs))  # hand on torch's outputs
 
-    ms_handles = []
-    for name, cell in cells.items():
-        ms_handles.append(cell.register_forward_pre_hook(
-            lambda cell, a, kw, name=name: local_pre(cell, a, kw, name), with_kwargs=True))
-        ms_handles.append(cell.register_forward_hook(
-            lambda cell, a, kw, out, name=name: local_post(cell, a, kw, out, name), with_kwargs=True))
-    try:
-        with mindspore_mode("pynative"):
-            ms_cell(*to_mindspore(list(args), ms_dtype), **to_mindspore(kwargs, ms_dtype))
-    finally:
-        for h in ms_handles:
-            h.remove()
+    _run_hooked(ms_cell, cells, local_pre, local_post, args, kwargs, ms_dtype)
     rows = []
     for c in calls:
         g, local = c.ms_global, c.ms_local
@@ -621,3 +598,22 @@ class LayerOptions:
                                  "(e.g. down_blocks.0.resnets.0.conv1)")
             check_dump_dir(self.dump_dir)
         return self
+
+
+def _run_hooked(ms_cell, cells, pre, post, args, kwargs, ms_dtype) -> None:
+    """One PyNative MindSpore call with ``pre(cell, args, kwargs, name)`` and
+    ``post(cell, args, kwargs, output, name)`` hooked on every named cell, removed afterwards."""
+    from .frameworks import mindspore_mode
+
+    handles = []
+    for name, cell in cells.items():
+        handles.append(cell.register_forward_pre_hook(
+            lambda cell, a, kw, name=name: pre(cell, a, kw, name), with_kwargs=True))
+        handles.append(cell.register_forward_hook(
+            lambda cell, a, kw, out, name=name: post(cell, a, kw, out, name), with_kwargs=True))
+    try:
+        with mindspore_mode("pynative"):
+            ms_cell(*to_mindspore(list(args), ms_dtype), **to_mindspore(kwargs, ms_dtype))
+    finally:
+        for h in handles:
+            h.remove()
