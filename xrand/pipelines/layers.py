@@ -357,7 +357,6 @@ def layer_diff(torch_module: Any, ms_cell: Any, args: Sequence[Any], kwargs: Opt
     import mindspore as ms
     import torch
 
-
     if threshold is not None:
         threshold = check_threshold(threshold)
     kwargs = dict(kwargs or {})
