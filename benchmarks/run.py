@@ -126,7 +126,7 @@ def main() -> None:
     kept_headers, kept, kept_rows = earlier_figures(Path(args.out), numbers) if args.only else ([], {}, {})
     if kept:  # the header says which run each figure comes from
         lines[2:3] = [f"- Figures {', '.join(map(str, numbers))}: " + lines[2][0].lower() + lines[2][1:],
-                      f"- Figures {', '.join(map(str, sorted(kept)))} from earlier runs:"] + \
+                      f"- Figure(s) {', '.join(map(str, sorted(kept)))} kept from earlier runs, which said:"] + \
                      [f"  {h.removeprefix('- ').strip()}" for h in kept_headers if "from earlier runs" not in h]
     table = summary(sections).splitlines()
     rows = {int(m.group(1)): row for row in table[4:] if (m := re.match(r"\| (\d+)\. ", row))}
