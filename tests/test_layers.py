@@ -19,7 +19,7 @@ pytest.importorskip("mindone.diffusers")
 from test_pipelines import make_tiny_model  # noqa: E402
 from xrand.checks import UsageError  # noqa: E402
 from xrand.cli import main  # noqa: E402
-from xrand.pipelines.compare import compare_frameworks, compare_loaded, load_pair  # noqa: E402
+from xrand.pipelines.compare import compare_loaded, load_pair  # noqa: E402
 from xrand.pipelines.layers import (LAYER_FLOOR_MULTIPLE, LayerOptions, check_dump_dir, layer_diff,  # noqa: E402
                                     module_limit, unet_inputs)
 from xrand.pipelines.noise_floor import DrawsIn, noise_floor  # noqa: E402

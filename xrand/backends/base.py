@@ -14,7 +14,6 @@ from typing import Any, Dict, Optional, Tuple
 import numpy as np
 
 from ..checks import UsageError, check_fits_memory, dtype_name, module_installed, module_loaded
-from ..numeric import cast_float64
 
 _global_lock = threading.Lock()
 _global_generator: Optional[np.random.Generator] = None

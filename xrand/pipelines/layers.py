@@ -354,7 +354,6 @@ def layer_diff(torch_module: Any, ms_cell: Any, args: Sequence[Any], kwargs: Opt
     ``local_output`` too).
     ``step``/``timestep`` are only recorded. MindSpore runs in PyNative mode here (Cell hooks).
     """
-    import mindspore as ms
     import torch
 
     if threshold is not None:
