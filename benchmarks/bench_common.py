@@ -279,8 +279,15 @@ def load_average() -> str:
         return "?"
 
 
-def figure_main(run: Callable[..., "Section"], description: str) -> None:
-    """The command line of a figure module: ``--repeats`` (default: ``run``'s own), then the table."""
+def figure_main(run: Callable[..., "Section"], description: str,
+                child: Optional[Callable[[List[str]], None]] = None) -> None:
+    """The command line of a figure module: ``--repeats`` (default: ``run``'s own), then the table.
+
+    A figure measured in fresh processes passes ``child``: ``--child ARGS...`` calls it with ARGS.
+    """
+    if child is not None and "--child" in sys.argv:
+        child(sys.argv[sys.argv.index("--child") + 1:])
+        return
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--repeats", type=int, default=inspect.signature(run).parameters["repeats"].default)
     print(run(parser.parse_args().repeats).markdown())

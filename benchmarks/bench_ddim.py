@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import List
 
-from bench_common import ROOT, Row, Section, fmt_mmm, profile_top, ratios, run_json
+from bench_common import ROOT, Row, Section, figure_main, fmt_mmm, profile_top, ratios, run_json
 
 TARGET_RATIO = 2.0
 TARGET_OVERHEAD = 0.10
@@ -248,13 +248,7 @@ def run(repeats: int = 5) -> Section:
 
 
 def main() -> None:
-    if "--child" in sys.argv:
-        argv = [a for a in sys.argv[1:] if a != "--child"]
-        _child_main(argv)
-        return
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5)
-    print(run(parser.parse_args().repeats).markdown())
+    figure_main(run, __doc__.splitlines()[0], child=_child_main)
 
 
 if __name__ == "__main__":

@@ -17,11 +17,10 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 
-from bench_common import Row, Section, fmt_mmm, profile_top, ratios, run_json
+from bench_common import Row, Section, figure_main, fmt_mmm, profile_top, ratios, run_json
 from bench_ddim import CIFAR_SCHEDULER, CIFAR_UNET, digits_model, save_model
 
 TARGET_RATIO = 5.0
@@ -130,12 +129,7 @@ def run(repeats: int = 5) -> Section:
 
 
 def main() -> None:
-    if "--child" in sys.argv:
-        _child_main([a for a in sys.argv[1:] if a != "--child"])
-        return
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5)
-    print(run(parser.parse_args().repeats).markdown())
+    figure_main(run, __doc__.splitlines()[0], child=_child_main)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -114,9 +113,10 @@ def run(repeats: int = 3) -> Section:
     return section
 
 
+def _child_main(argv) -> None:
+    model, repeats = argv[0], int(argv[1])
+    print(json.dumps(child(model, repeats)))
+
+
 if __name__ == "__main__":
-    if "--child" in sys.argv:
-        model, repeats = sys.argv[2], int(sys.argv[3])
-        print(json.dumps(child(model, repeats)))
-    else:
-        figure_main(run, __doc__.splitlines()[0])
+    figure_main(run, __doc__.splitlines()[0], child=_child_main)

@@ -12,15 +12,13 @@ on 2 cores); Ray's steady rate within 10% of the local engine's.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from bench_common import Row, Section, fmt_mmm, run_json
+from bench_common import Row, Section, figure_main, fmt_mmm, run_json
 
 CELLS = 12
 SEEDS = f"0-{CELLS - 1}"
@@ -106,14 +104,13 @@ def run(repeats: int = 2) -> Section:
     return section
 
 
+def _child_main(argv) -> None:
+    engine, workers, out = argv[:3]
+    print(json.dumps(child(engine, int(workers), out)))
+
+
 def main() -> None:
-    if "--child" in sys.argv:
-        engine, workers, out = sys.argv[sys.argv.index("--child") + 1:][:3]
-        print(json.dumps(child(engine, int(workers), out)))
-        return
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=2)
-    print(run(parser.parse_args().repeats).markdown())
+    figure_main(run, __doc__.splitlines()[0], child=_child_main)
 
 
 if __name__ == "__main__":
