@@ -98,14 +98,18 @@ def cmd_compare(args) -> int:
                                         mindspore_mode=args.mindspore_mode, layers=_layer_options(args),
                                         noise_floor=not args.no_noise_floor)
     paths = write_report(comparison, out_dir)
+    verdict = [comparison.verdict()] + ([] if comparison.layers is None else [comparison.layers.summary()])
+    return _finish(args, comparison.passed, verdict, "report and pictures", out_dir, paths)
+
+
+def _finish(args, passed: bool, verdict: List[str], what: str, out_dir: str, paths: Dict[str, str]) -> int:
+    """The last words of compare: one JSON line with --quiet, else the verdict and where the files are."""
     if args.quiet:
-        print(json.dumps({"verdict": "pass" if comparison.passed else "fail", "out": out_dir}))
+        print(json.dumps({"verdict": "pass" if passed else "fail", "out": out_dir}))
     else:
-        print(comparison.verdict())
-        if comparison.layers is not None:
-            print(comparison.layers.summary())
-        print(f"xrand: report and pictures in {out_dir}/ ({', '.join(os.path.basename(p) for p in paths.values())})")
-    return 0 if comparison.passed else 1
+        print("\n".join(verdict))
+        print(f"xrand: {what} in {out_dir}/ ({', '.join(os.path.basename(p) for p in paths.values())})")
+    return 0 if passed else 1
 
 
 def _layer_options(args):
@@ -145,13 +149,7 @@ def _compare_matrix(args, out_dir: str) -> int:
     m = run_matrix(settings, tolerance=args.tolerance, lockstep_mode=args.lockstep,
                    torch_device=devices.get("torch", "cpu"), mindspore_device=devices.get("mindspore"),
                    quiet=True, mindspore_mode=args.mindspore_mode, progress=progress)
-    paths = write_matrix(m, out_dir)
-    if args.quiet:
-        print(json.dumps({"verdict": "pass" if m.passed else "fail", "out": out_dir}))
-    else:
-        print(m.summary())
-        print(f"xrand: matrix in {out_dir}/ ({', '.join(os.path.basename(p) for p in paths.values())})")
-    return 0 if m.passed else 1
+    return _finish(args, m.passed, [m.summary()], "matrix", out_dir, write_matrix(m, out_dir))
 
 
 def cmd_run(args) -> int:
