@@ -22,11 +22,12 @@ M = 397
 _MATRIX_A = np.uint64(0x9908B0DF)
 _UPPER = np.uint64(0x80000000)
 _LOWER = np.uint64(0x7FFFFFFF)
-_U1, _U7, _U11, _U15, _U18 = (np.uint64(k) for k in (1, 7, 11, 15, 18))
-_TEMPER_B, _TEMPER_C = np.uint64(0x9D2C5680), np.uint64(0xEFC60000)
-_MASK24, _MASK21, _U32 = np.uint64(0xFFFFFF), np.uint64(0x1FFFFF), np.uint64(32)
+_U1, _MASK21, _U32 = np.uint64(1), np.uint64(0x1FFFFF), np.uint64(32)
+# tempering and 24-bit uniforms in uint32 (twice as many lanes to a vector register as uint64)
+_S7, _S11, _S15, _S18 = (np.uint32(k) for k in (7, 11, 15, 18))
+_TEMPER_B, _TEMPER_C, _MASK24 = np.uint32(0x9D2C5680), np.uint32(0xEFC60000), np.uint32(0xFFFFFF)
 
-_SUB = 2048  # values transformed at a time (the scratch stays in L1)
+_SUB = 1024  # values transformed at a time (the scratch stays in L1)
 
 # the float32 constants of avx_mathfun.h, shared with the NumPy reference
 f32 = np.float32
@@ -84,6 +85,15 @@ def bits_f32(typingctx, x):
     return types.float32(x), codegen
 
 
+@njit(inline="always")
+def _temper(w):
+    y = np.uint32(w)
+    y ^= y >> _S11
+    y ^= (y << _S7) & _TEMPER_B
+    y ^= (y << _S15) & _TEMPER_C
+    return y ^ (y >> _S18)
+
+
 @njit(cache=True)
 def _twist(key):
     for i in range(N - M):
@@ -107,12 +117,7 @@ def words(key, pos, out, count):
             p = 0
         k = min(N - p, count - i)
         for t in range(k):
-            y = np.uint64(key[p + t])
-            y ^= y >> _U11
-            y ^= (y << _U7) & _TEMPER_B
-            y ^= (y << _U15) & _TEMPER_C
-            y ^= y >> _U18
-            out[i + t] = y
+            out[i + t] = _temper(key[p + t])
         i += k
         p += k
     pos[0] = p
@@ -120,7 +125,8 @@ def words(key, pos, out, count):
 
 @njit(inline="always")
 def _uniform24(w):
-    return f32(np.uint64(w) & _MASK24) * _INV_2_24
+    # through int32: a 24-bit integer converts exactly, and vectorizes (uint64 to float does not)
+    return f32(np.int32(np.uint32(w) & _MASK24)) * _INV_2_24
 
 
 @njit(inline="always")
@@ -220,15 +226,6 @@ def raw_words(key, pos, out):
 
 
 @njit(inline="always")
-def _temper(w):
-    y = np.uint64(w)
-    y ^= y >> _U11
-    y ^= (y << _U7) & _TEMPER_B
-    y ^= (y << _U15) & _TEMPER_C
-    return y ^ (y >> _U18)
-
-
-@njit(inline="always")
 def _round(x, bf16):
     """``x``, or the nearest bfloat16 (ties to even) when ``bf16``, as numeric.float32_to_bfloat16_values."""
     if not bf16:
@@ -239,21 +236,31 @@ def _round(x, bf16):
 
 @njit(cache=True, nogil=True)
 def float_avx2_range(words, out, lo, hi, bf16):
-    """normal_fill_16_AVX2 on values ``lo:hi``: untempered ``words`` in, ``out`` (may be the same memory) out."""
+    """normal_fill_16_AVX2 on values ``lo:hi``: untempered ``words`` in, ``out`` (may be the same memory) out.
+
+    Every loop is a plain loop over a slice (indices LLVM knows are in range), so each one
+    vectorizes: tempering, gathering slots j and j + 8 of each block into two arrays, the
+    transform, and scattering back.
+    """
     half = _SUB // 2
+    uniforms = np.empty(_SUB, np.float32)
     u1, u2 = np.empty(half, np.float32), np.empty(half, np.float32)
     cos_part, sin_part = np.empty(half, np.float32), np.empty(half, np.float32)
     for start in range(lo, hi, _SUB):
         k = min(_SUB, hi - start)
-        for b in range(k // 16):
-            for j in range(8):
-                u1[8 * b + j] = _uniform24(_temper(words[start + 16 * b + j]))
-                u2[8 * b + j] = _uniform24(_temper(words[start + 16 * b + 8 + j]))
+        w, o = words[start:start + k], out[start:start + k]
+        for i in range(k):
+            uniforms[i] = _uniform24(_temper(w[i]))
+        for i in range(k // 2):
+            s = i + (i & ~7)  # pair i: slot i % 8 of block i // 8
+            u1[i], u2[i] = uniforms[s], uniforms[s + 8]
         _box_muller_avx2_pairs(u1[: k // 2], u2[: k // 2], cos_part, sin_part)
-        for b in range(k // 16):
-            for j in range(8):
-                out[start + 16 * b + j] = _round(cos_part[8 * b + j], bf16)
-                out[start + 16 * b + 8 + j] = _round(sin_part[8 * b + j], bf16)
+        for i in range(k // 2):
+            s = i + (i & ~7)
+            o[s], o[s + 8] = cos_part[i], sin_part[i]
+        if bf16:
+            for i in range(k):
+                o[i] = _round(o[i], True)
 
 
 @njit(nogil=True)  # calls libm through ctypes, so it cannot be cached
