@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import schedulers
 from .compare import DEFAULT_TOLERANCE, Pair, compare_loaded, load_pair
-from .report import _json_safe, _pyplot, atomic_path
+from .files import atomic_path, json_safe, pyplot, write_json, write_text
 from .settings import Settings
 
 MATRIX_VERSION = 1
@@ -87,7 +87,7 @@ def run_matrix(settings: Settings, entries: Sequence[Tuple[str, Dict[str, Any]]]
 def matrix_dict(m: Matrix) -> Dict[str, Any]:
     from dataclasses import asdict
 
-    return _json_safe({
+    return json_safe({
         "xrand_matrix": MATRIX_VERSION,
         "verdict": "pass" if m.passed else "fail",
         "summary": m.summary(),
@@ -116,7 +116,7 @@ def matrix_markdown(m: Matrix) -> str:
 
 def plot_matrix(m: Matrix, path: str) -> None:
     """Final relative L2 per scheduler on a log axis, the tolerance as a line."""
-    plt = _pyplot()
+    plt = pyplot()
     labels = [r.label for r in m.rows]
     values = [max(r.rel_l2, 1e-12) if r.rel_l2 is not None and r.rel_l2 == r.rel_l2 else 1.0 for r in m.rows]
     colors = {"pass": "tab:green", "fail": "tab:red", "error": "tab:gray"}
@@ -138,12 +138,8 @@ def plot_matrix(m: Matrix, path: str) -> None:
 def write_matrix(m: Matrix, out_dir: str) -> Dict[str, str]:
     os.makedirs(out_dir, exist_ok=True)
     paths = {name: os.path.join(out_dir, name) for name in ("matrix.json", "matrix.md", "matrix.png")}
-    with atomic_path(paths["matrix.json"]) as tmp:
-        with open(tmp, "w") as f:
-            json.dump(matrix_dict(m), f, indent=2)
-    with atomic_path(paths["matrix.md"]) as tmp:
-        with open(tmp, "w") as f:
-            f.write(matrix_markdown(m))
+    write_json(paths["matrix.json"], matrix_dict(m))
+    write_text(paths["matrix.md"], matrix_markdown(m))
     with atomic_path(paths["matrix.png"]) as tmp:
         plot_matrix(m, tmp)
     return paths

@@ -1,45 +1,16 @@
 """What a person reads: report.json, comparison.png and divergence.png (layers.png with --layers), written atomically."""
 from __future__ import annotations
 
-import json
-import math
 import os
-import tempfile
-from contextlib import contextmanager
 from dataclasses import asdict
-from typing import Any, Dict, Iterator
+from typing import Any, Dict
 
 import numpy as np
 
 from .compare import Comparison
+from .files import atomic_path, json_safe, pyplot, write_json
 
 REPORT_VERSION = 1
-
-
-@contextmanager
-def atomic_path(path: str) -> Iterator[str]:
-    """Yield a temporary name beside ``path``; rename it into place only if the block succeeds."""
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", dir=folder)
-    os.close(fd)
-    try:
-        yield tmp
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
 
 
 def report_dict(c: Comparison) -> Dict[str, Any]:
@@ -48,7 +19,7 @@ def report_dict(c: Comparison) -> Dict[str, Any]:
         extra["noise_floor"] = c.noise_floor
     if c.layers is not None:
         extra["layers"] = c.layers.to_dict()
-    return _json_safe({
+    return json_safe({
         "xrand_report": REPORT_VERSION,
         "verdict": "pass" if c.passed else "fail",
         "summary": c.verdict(),
@@ -71,9 +42,7 @@ def write_report(c: Comparison, out_dir: str) -> Dict[str, str]:
     """Write the three files into ``out_dir`` (created if needed); return their paths."""
     os.makedirs(out_dir, exist_ok=True)
     paths = {name: os.path.join(out_dir, name) for name in ("report.json", "comparison.png", "divergence.png")}
-    with atomic_path(paths["report.json"]) as tmp:
-        with open(tmp, "w") as f:
-            json.dump(report_dict(c), f, indent=2)
+    write_json(paths["report.json"], report_dict(c))
     with atomic_path(paths["comparison.png"]) as tmp:
         plot_comparison(c, tmp)
     with atomic_path(paths["divergence.png"]) as tmp:
@@ -85,18 +54,9 @@ def write_report(c: Comparison, out_dir: str) -> Dict[str, str]:
     return paths
 
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def plot_comparison(c: Comparison, path: str, max_items: int = 8) -> None:
     """One row per batch item: image A, image B, |A - B| as a heat map."""
-    plt = _pyplot()
+    plt = pyplot()
     a, b = c.images["a"][:max_items], c.images["b"][:max_items]
     rows = len(a)
     fig, axes = plt.subplots(rows, 3, figsize=(9, 3 * rows + 0.6), squeeze=False)
@@ -123,7 +83,7 @@ def plot_comparison(c: Comparison, path: str, max_items: int = 8) -> None:
 
 def plot_divergence(c: Comparison, path: str) -> None:
     """Relative L2 and max |diff| per step: free running (global) and lockstep (local)."""
-    plt = _pyplot()
+    plt = pyplot()
     steps = np.arange(1, len(c.global_steps) + 1)
     tiny = 1e-12  # exact agreement plotted at the floor of the log axis
 
@@ -151,7 +111,7 @@ def plot_divergence(c: Comparison, path: str) -> None:
 
 def plot_layers(layers: Any, path: str) -> None:
     """Local and global relative L2 of every module call along the network, the culprit marked."""
-    plt = _pyplot()
+    plt = pyplot()
     rows = layers.modules
     x = np.arange(len(rows))
     tiny = 1e-12

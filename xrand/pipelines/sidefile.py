@@ -15,7 +15,7 @@ import numpy as np
 from .settings import Settings
 from .sides import Side
 from ..checks import UsageError
-from .report import atomic_path
+from .files import atomic_path
 
 SIDE_VERSION = 1
 _TENSORS = ("images", "initial_noise", "states")

@@ -24,6 +24,7 @@ from typing import Any, Callable, Deque, Dict, Iterable, Iterator, List, Optiona
 import numpy as np
 
 from ..checks import UsageError, UsageTypeError, check_seed
+from .files import atomic_path, json_safe, pyplot, write_json, write_text
 
 SWEEP_VERSION = 1
 ENGINES = ("local", "ray")
@@ -602,19 +603,14 @@ class ResultsFolder:
         return rows
 
     def start(self, identity: Dict[str, Any]) -> None:
-        from .report import atomic_path
-
         os.makedirs(self.out, exist_ok=True)
         if not os.path.isfile(self.manifest):
-            with atomic_path(self.manifest) as tmp:
-                with open(tmp, "w") as f:
-                    json.dump({"xrand_sweep": SWEEP_VERSION, "settings": identity}, f, indent=2)
+            write_json(self.manifest, {"xrand_sweep": SWEEP_VERSION, "settings": identity})
 
     def append(self, row: Dict[str, Any]) -> None:
         """One whole line in one write, flushed to the OS at once."""
-        from .report import _json_safe
 
-        line = (json.dumps(_json_safe(row)) + "\n").encode()
+        line = (json.dumps(json_safe(row)) + "\n").encode()
         fd = os.open(self.results, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
             os.write(fd, line)
@@ -795,10 +791,8 @@ def summarize(cells: List[Cell], rows: Dict[Cell, Dict[str, Any]]) -> Dict[str, 
 
 
 def write_summary(out: str, config: SweepConfig, result: SweepResult) -> Dict[str, Any]:
-    from .report import _json_safe, atomic_path
-
     per = summarize(result.cells, result.rows)
-    summary = _json_safe({
+    summary = json_safe({
         "xrand_sweep_summary": SWEEP_VERSION,
         "verdict": "pass" if result.passed else ("interrupted" if result.interrupted else "fail"),
         "cells": len(result.cells),
@@ -809,12 +803,8 @@ def write_summary(out: str, config: SweepConfig, result: SweepResult) -> Dict[st
                      "for psnr_db and ssim 90% are at or above it",
         "schedulers": per,
     })
-    with atomic_path(os.path.join(out, SUMMARY_JSON)) as tmp:
-        with open(tmp, "w") as f:
-            json.dump(summary, f, indent=2)
-    with atomic_path(os.path.join(out, SUMMARY_MD)) as tmp:
-        with open(tmp, "w") as f:
-            f.write(summary_markdown(summary))
+    write_json(os.path.join(out, SUMMARY_JSON), summary)
+    write_text(os.path.join(out, SUMMARY_MD), summary_markdown(summary))
     with atomic_path(os.path.join(out, PLOT)) as tmp:
         plot_sweep(result, config, tmp)
     return summary
@@ -857,10 +847,9 @@ def summary_markdown(summary: Dict[str, Any]) -> str:
 def plot_sweep(result: SweepResult, config: SweepConfig, path: str) -> None:
     """One panel per metric: each scheduler's cells as points over a box plot."""
     from .compare import DEFAULT_TOLERANCE
-    from .report import _pyplot
     from .schedulers import describe
 
-    plt = _pyplot()
+    plt = pyplot()
     names = list(dict.fromkeys(s for _, s in result.cells))
     fig, axes = plt.subplots(1, 3, figsize=(12, 4))
     rng = np.random.default_rng(0)  # jitter only
