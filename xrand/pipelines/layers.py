@@ -411,6 +411,10 @@ def layer_diff(torch_module: Any, ms_cell: Any, args: Sequence[Any], kwargs: Opt
             h.remove()
     index = {(c.name, c.call): c for c in calls}
     errors = _Errors()
+    use_floors = threshold is None
+    # Torch's float64 pass (the floor) right after its float32 one, before MindSpore runs, so
+    # that torch's thread pool does not start while MindSpore's may still hold the cores.
+    floors = _torch_floors(torch_module, args, kwargs, index, errors) if use_floors else {}
 
     # 2. MindSpore as run: global error per call, reduced to metrics at once.
     cells = dict(ms_cell.cells_and_names())
@@ -482,9 +486,7 @@ def layer_diff(torch_module: Any, ms_cell: Any, args: Sequence[Any], kwargs: Opt
                                g and g["max_abs"], c.nested))
 
     floor_info = None
-    use_floors = threshold is None
     if use_floors:
-        floors = _torch_floors(torch_module, args, kwargs, index, errors)
         for row in rows:
             row.floor_rel_l2 = floors.get((row.name, row.call))
         root = rows[0]
