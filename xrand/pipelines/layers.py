@@ -273,22 +273,36 @@ def _replace_tensors(value: Any, arrays) -> Any:
     return value
 
 
-def _errors(reference: List[np.ndarray], other: List[np.ndarray]) -> Optional[Dict[str, float]]:
-    """rel_l2 and max_abs over all tensors of an output; None when the outputs' structures differ."""
-    if len(reference) != len(other) or any(a.shape != b.shape for a, b in zip(reference, other)):
-        return None
-    if not reference:
-        return {"rel_l2": 0.0, "max_abs": 0.0}
-    sq_diff = sq_ref = 0.0
-    max_abs = 0.0
-    for a, b in zip(reference, other):
-        a64, d = a.astype(np.float64), a.astype(np.float64) - b.astype(np.float64)
-        sq_diff += float(np.vdot(d, d))
-        sq_ref += float(np.vdot(a64, a64))
-        if d.size:
-            max_abs = max(max_abs, float(np.max(np.abs(d))))
-    rel = float(np.sqrt(sq_diff / sq_ref)) if sq_ref > 0 else float(np.sqrt(sq_diff))
-    return {"rel_l2": rel, "max_abs": max_abs}
+class _Errors:
+    """rel_l2 (and max_abs) of outputs against torch's captured arrays, each array's squared norm
+    computed once: an array is a reference up to four times (MindSpore as run, MindSpore fed
+    torch's inputs, as a later call's input, torch in float64)."""
+
+    def __init__(self) -> None:
+        self._sq_norms: Dict[int, Tuple[np.ndarray, float]] = {}
+
+    def _sq_norm(self, a: np.ndarray) -> float:
+        hit = self._sq_norms.get(id(a))
+        if hit is None or hit[0] is not a:
+            a64 = a.astype(np.float64)
+            hit = self._sq_norms[id(a)] = (a, float(np.vdot(a64, a64)))  # the array kept: its id stays its own
+        return hit[1]
+
+    def __call__(self, reference: List[np.ndarray], other: List[np.ndarray],
+                 max_abs: bool = False) -> Optional[Dict[str, float]]:
+        """rel_l2 over all tensors of an output, and max_abs if asked; None when the outputs' structures differ."""
+        if len(reference) != len(other) or any(a.shape != b.shape for a, b in zip(reference, other)):
+            return None
+        sq_diff = sq_ref = 0.0
+        largest = 0.0
+        for a, b in zip(reference, other):
+            d = np.subtract(a, b, dtype=np.float64)
+            sq_diff += float(np.vdot(d, d))
+            sq_ref += self._sq_norm(a)
+            if max_abs and d.size:
+                largest = max(largest, float(np.max(np.abs(d))))
+        rel = float(np.sqrt(sq_diff / sq_ref)) if sq_ref > 0 else float(np.sqrt(sq_diff))
+        return {"rel_l2": rel, "max_abs": largest} if max_abs else {"rel_l2": rel}
 
 
 def _convertible(value: Any) -> bool:
@@ -396,6 +410,11 @@ def layer_diff(torch_module: Any, ms_cell: Any, args: Sequence[Any], kwargs: Opt
         for h in handles:
             h.remove()
     index = {(c.name, c.call): c for c in calls}
+    errors = _Errors()
+    use_floors = threshold is None
+    # Torch's float64 pass (the floor) right after its float32 one, before MindSpore runs, so
+    # that torch's thread pool does not start while MindSpore's may still hold the cores.
+    floors = _torch_floors(torch_module, args, kwargs, index, errors) if use_floors else {}
 
     # 2. MindSpore as run: global error per call, reduced to metrics at once.
     cells = dict(ms_cell.cells_and_names())
@@ -419,7 +438,7 @@ def layer_diff(torch_module: Any, ms_cell: Any, args: Sequence[Any], kwargs: Opt
         outputs = _ms_arrays(output)
         c = index.get(key)
         if c is not None:
-            c.ms_global = _errors(c.outputs, outputs)
+            c.ms_global = errors(c.outputs, outputs, max_abs=True)
         if name in dump_set:
             dumps[name].extend((f"call{key[1]}.output.{i}", o) for i, o in enumerate(outputs))
 
@@ -440,7 +459,7 @@ def layer_diff(torch_module: Any, ms_cell: Any, args: Sequence[Any], kwargs: Opt
         if c is None or not (_convertible(c.args) and _convertible(c.kwargs)):
             return None
         if parent is not None:  # what the parent's own operations made of torch's values
-            made = _errors(_captured_arrays((c.args, c.kwargs)), _ms_arrays((list(a), dict(kw))))
+            made = errors(_captured_arrays((c.args, c.kwargs)), _ms_arrays((list(a), dict(kw))))
             if made is not None and made["rel_l2"] > parent.ms_local_inputs:
                 parent.ms_local_inputs = made["rel_l2"]
         return tuple(to_mindspore(list(c.args))), to_mindspore(dict(c.kwargs))
@@ -450,7 +469,7 @@ def layer_diff(torch_module: Any, ms_cell: Any, args: Sequence[Any], kwargs: Opt
         if c is None:
             return None
         outputs = _ms_arrays(output)
-        c.ms_local = _errors(c.outputs, outputs)
+        c.ms_local = errors(c.outputs, outputs)
         if name in dump_set:
             dumps.setdefault(name, []).extend((f"call{c.call}.local_output.{i}", o) for i, o in enumerate(outputs))
         if c.ms_local is None or not local_stack:
@@ -467,9 +486,7 @@ def layer_diff(torch_module: Any, ms_cell: Any, args: Sequence[Any], kwargs: Opt
                                g and g["max_abs"], c.nested))
 
     floor_info = None
-    use_floors = threshold is None
     if use_floors:
-        floors = _torch_floors(torch_module, args, kwargs, index)
         for row in rows:
             row.floor_rel_l2 = floors.get((row.name, row.call))
         root = rows[0]
@@ -507,7 +524,7 @@ def layer_diff(torch_module: Any, ms_cell: Any, args: Sequence[Any], kwargs: Opt
 
 
 def _torch_floors(torch_module: Any, args: Sequence[Any], kwargs: Mapping[str, Any],
-                  index: Mapping[Tuple[str, int], _Call]) -> Dict[Tuple[str, int], float]:
+                  index: Mapping[Tuple[str, int], _Call], errors: _Errors) -> Dict[Tuple[str, int], float]:
     """Per call: relative L2 of torch's outputs against the module run in float64 on the same inputs.
 
     The module is cast to float64 for the call and back after it (exact: every float32 value is
@@ -526,7 +543,7 @@ def _torch_floors(torch_module: Any, args: Sequence[Any], kwargs: Mapping[str, A
             counts[name] = k + 1
             c = index.get((name, k))
             if c is not None:
-                err = _errors(c.outputs, [t.detach().cpu().numpy() for t in flatten(output, torch.Tensor)])
+                err = errors(c.outputs, [t.detach().cpu().numpy() for t in flatten(output, torch.Tensor)])
                 if err is not None:
                     floors[(name, k)] = err["rel_l2"]
 
