@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import schedulers
 from .compare import DEFAULT_TOLERANCE, Pair, compare_loaded, load_pair
+from .frameworks import DEFAULT_MINDSPORE_MODE
 from .report import _json_safe, _pyplot, atomic_path
 from .settings import Settings
 
@@ -56,7 +57,8 @@ class Matrix:
 
 def run_matrix(settings: Settings, entries: Sequence[Tuple[str, Dict[str, Any]]] = schedulers.MATRIX,
                tolerance: Optional[float] = None, lockstep_mode: bool = False, torch_device: str = "cpu",
-               mindspore_device: Optional[str] = None, quiet: bool = True, mindspore_mode: str = "pynative",
+               mindspore_device: Optional[str] = None, quiet: bool = True,
+               mindspore_mode: str = DEFAULT_MINDSPORE_MODE,
                pair: Optional[Pair] = None, progress=None) -> Matrix:
     """Compare every ``(scheduler, options)`` in ``entries``; a row that raises is an error row."""
     tolerance = DEFAULT_TOLERANCE[settings.dtype] if tolerance is None else tolerance

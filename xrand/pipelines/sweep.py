@@ -24,6 +24,7 @@ from typing import Any, Callable, Deque, Dict, Iterable, Iterator, List, Optiona
 import numpy as np
 
 from ..checks import UsageError, UsageTypeError, check_seed
+from .frameworks import DEFAULT_MINDSPORE_MODE
 
 SWEEP_VERSION = 1
 ENGINES = ("local", "ray")
@@ -150,7 +151,7 @@ class SweepConfig:
 
     settings: Any  # Settings
     tolerance: Optional[float] = None
-    mindspore_mode: str = "pynative"
+    mindspore_mode: str = DEFAULT_MINDSPORE_MODE
     torch_device: str = "cpu"
     mindspore_device: Optional[str] = None
     threads_per_worker: int = 1
