@@ -31,6 +31,8 @@ class Row:
     max_local_rel_l2: Optional[float] = None  # with lockstep
     error: Optional[str] = None
     ran: Dict[str, Any] = field(default_factory=dict)
+    mindspore_mode: Optional[str] = None  # what MindSpore ran, and what its compile cache did
+    mindspore_compile_cache: Optional[str] = None
 
     @property
     def label(self) -> str:
@@ -80,6 +82,8 @@ def run_matrix(settings: Settings, entries: Sequence[Tuple[str, Dict[str, Any]]]
             if c.local_steps:
                 row.max_local_rel_l2 = max(r["sample"]["rel_l2"] for r in c.local_steps)
             row.ran = c.ran
+            row.mindspore_mode = c.environments["b"].get("mindspore_mode")
+            row.mindspore_compile_cache = c.environments["b"].get("mindspore_compile_cache")
         rows.append(row)
         if progress is not None:
             progress(row)
