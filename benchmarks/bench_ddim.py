@@ -219,7 +219,8 @@ def run(repeats: int = 5) -> Section:
         ),
         columns=["model", "run", "s per step (min / med / max)", "MindSpore / torch (min / med / max)"],
     )
-    what = {"torch": "torch", "mindspore": "MindSpore, PyNative", "mindspore graph mode": "MindSpore, graph mode (the default)"}
+    what = {"torch": "torch", "mindspore": "MindSpore, PyNative",
+            "mindspore graph mode": "MindSpore, graph mode (the default)"}
     command_rows = []
     with tempfile.TemporaryDirectory(prefix="xrand-bench-") as tmp:
         digits, digits_note = digits_model(tmp)
@@ -271,10 +272,9 @@ def run(repeats: int = 5) -> Section:
                          f"torch {torch_s:.2f} s, MindSpore {ms_s:.2f} s (whole command {r['wall']:.0f} s; "
                          f"MindSpore ran {r['mode']}, compile cache: {r['cache'].split(' /')[0]})",
                          f"{ms_s / torch_s:.2f}x"]
-                if name == "second":
-                    section.rows.append(Row(cells, target=f"≤ {TARGET_RATIO:.0f}x", met=ms_s / torch_s <= TARGET_RATIO))
-                else:
-                    section.rows.append(Row(cells))
+                judged = name == "second"  # the target is for the run after the compilation
+                section.rows.append(Row(cells, target=f"≤ {TARGET_RATIO:.0f}x" if judged else "",
+                                        met=ms_s / torch_s <= TARGET_RATIO if judged else None))
         if any(not row.met for row in section.rows if row.target and "PyNative" in row.cells[1]):
             section.notes.append(
                 "MindSpore in PyNative mode misses the 2x target and graph mode meets it. In PyNative every "

@@ -26,7 +26,8 @@ from ..generator import Generator
 from ..patch import patched
 from . import schedulers
 from .brownian import use_xrand_brownian
-from .frameworks import DEFAULT_MINDSPORE_MODE, FRAMEWORKS, Framework, check_framework, check_mindspore_mode, framework
+from .frameworks import (DEFAULT_MINDSPORE_MODE, FRAMEWORKS, Framework, check_framework, check_mindspore_mode,
+                         framework)
 from .recipes import Recipe, denoising_loop, recipe as recipe_named, step_arguments
 from .settings import Settings
 
