@@ -45,16 +45,16 @@ def child(model: str, repeats: int, profile: bool) -> dict:
 
     pair = load_pair(settings_of(1), quiet=True)
     side = run(pair.torch, settings_of(1))
-    lockstep(pair, settings_of(1), side)  # warm-up
+    lockstep(pair, settings_of(1), side, "pynative")  # warm-up (PyNative, as --layers runs)
     side = run(pair.torch, settings_of(2))
     start = time.perf_counter()
-    lockstep(pair, settings_of(2), side)
+    lockstep(pair, settings_of(2), side, "pynative")
     k = max(1, min(20, round(LOCKSTEP_SECONDS / ((time.perf_counter() - start) / 2))))
     settings = settings_of(k)
     side = run(pair.torch, settings)
 
     methods = {
-        "lockstep step": lambda: lockstep(pair, settings, side),
+        "lockstep step": lambda: lockstep(pair, settings, side, "pynative"),
         "layers": lambda: layers_at_step(pair, settings, side, LayerOptions(step=0)),
         "layers, --layer-tolerance": lambda: layers_at_step(pair, settings, side,
                                                             LayerOptions(step=0, threshold=1e-4)),

@@ -52,7 +52,7 @@ def child(model: str, repeats: int) -> dict:
         return loaded["mindspore"].pipe(generator=np.random.Generator(np.random.PCG64(0)), **call)
 
     methods = {"torch": run_torch, "mindspore": run_mindspore,
-               "both": lambda: (run_torch(), run_mindspore()), "compare": lambda: compare_loaded(pair, settings)}
+               "both": lambda: (run_torch(), run_mindspore()), "compare": lambda: compare_loaded(pair, settings, mindspore_mode="pynative")}
     for fn in methods.values():
         fn()  # warm-up
     times = {name: [] for name in methods}

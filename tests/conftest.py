@@ -26,3 +26,16 @@ def run_python(code: str, env=None) -> subprocess.CompletedProcess:
     full_env = dict(os.environ)
     full_env.update(env or {})
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full_env, timeout=300)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_graph_cache(tmp_path_factory):
+    """MindSpore's compiled graphs (xrand.pipelines.graph_cache) go to a temporary folder, not
+    the user's cache, for this process and the xrand processes tests start."""
+    saved = os.environ.get("XRAND_CACHE_DIR")
+    os.environ["XRAND_CACHE_DIR"] = str(tmp_path_factory.mktemp("xrand-cache"))
+    yield
+    if saved is None:
+        os.environ.pop("XRAND_CACHE_DIR", None)
+    else:
+        os.environ["XRAND_CACHE_DIR"] = saved

@@ -415,3 +415,17 @@ def test_layer_norm_and_gelu_fallbacks_compile_in_graph_mode():
     with mindspore_cpu.cpu_fallbacks(), mindspore_mode("graph"):
         out = block(ms.tensor(x)).asnumpy()
     np.testing.assert_allclose(out, expected, rtol=1e-5, atol=2e-6)
+
+
+def test_geglu_compiles_in_graph_mode_with_pynative_numbers():
+    from mindone.diffusers.models.activations import GEGLU
+
+    ms.set_seed(0)
+    cell = GEGLU(8, 4)
+    x = ms.tensor(_rand(2, 3, 8))
+    with mindspore_cpu.cpu_fallbacks():
+        pynative = cell(x).asnumpy()
+        with mindspore_mode("graph"):
+            graph = cell(x).asnumpy()
+    assert graph.shape == (2, 3, 4)
+    np.testing.assert_allclose(graph, pynative, rtol=1e-6, atol=1e-7)

@@ -123,17 +123,21 @@ def test_eta0_within_tolerance(tiny_model):
     assert c.passed, c.verdict()
     assert c.initial_noise["max_abs"] == 0.0
     assert c.local_steps is None
+    assert c.environments["b"]["mindspore_mode"] == "graph"  # the default
+    assert "mindspore_compile_cache" in c.environments["b"]
 
 
-def test_mindspore_graph_mode_agrees_and_restores_the_mode(tiny_model):
+@pytest.mark.parametrize("mode", ["pynative", "graph"])
+def test_each_mindspore_mode_agrees_and_restores_the_mode(tiny_model, mode):
     settings = Settings(model=tiny_model, steps=3, seed=1, batch_size=1, eta=1.0)
     before = ms.get_context("mode")
-    graph = compare_frameworks(settings, lockstep_mode=True, quiet=True, mindspore_mode="graph")
+    c = compare_frameworks(settings, lockstep_mode=True, quiet=True, mindspore_mode=mode)
     assert ms.get_context("mode") == before
-    assert graph.initial_noise["max_abs"] == 0.0
-    assert graph.passed and graph.final["rel_l2"] < 1e-4, graph.verdict()
-    assert all(row["sample"]["rel_l2"] < 1e-4 for row in graph.local_steps)
-    assert graph.environments["b"]["mindspore_mode"] == "graph"
+    assert c.initial_noise["max_abs"] == 0.0
+    assert c.passed and c.final["rel_l2"] < 1e-4, c.verdict()
+    assert all(row["sample"]["rel_l2"] < 1e-4 for row in c.local_steps)
+    assert c.environments["b"]["mindspore_mode"] == mode
+    assert ("mindspore_compile_cache" in c.environments["b"]) == (mode == "graph")
 
 
 def test_unknown_mindspore_mode_is_refused(tiny_model):

@@ -257,7 +257,7 @@ def _default(name: str):
 
 
 def _add_settings(p: argparse.ArgumentParser) -> None:
-    from .pipelines.frameworks import MINDSPORE_MODES
+    from .pipelines.frameworks import DEFAULT_MINDSPORE_MODE, MINDSPORE_MODES
     from .pipelines.recipes import PIPELINES
     from .pipelines.settings import DTYPES
     from .streams import DEFAULT_STREAM
@@ -288,9 +288,10 @@ def _add_settings(p: argparse.ArgumentParser) -> None:
     p.add_argument("--width", type=int, help="image width (text-to-image; default: the model's)")
     p.add_argument("--device", action="append", metavar="FRAMEWORK=DEVICE",
                    help="device per framework, e.g. torch=cuda or mindspore=Ascend (repeatable; default CPU)")
-    p.add_argument("--mindspore-mode", default=MINDSPORE_MODES[0], choices=list(MINDSPORE_MODES),
-                   help="MindSpore execution mode (default pynative; graph compiles the UNet once, "
-                        "then runs faster on a CPU)")
+    p.add_argument("--mindspore-mode", default=DEFAULT_MINDSPORE_MODE, choices=list(MINDSPORE_MODES),
+                   help=f"MindSpore execution mode (default {DEFAULT_MINDSPORE_MODE}: compiled once per model and "
+                        "machine, kept in $XRAND_CACHE_DIR, default ~/.cache/xrand; pynative runs operator by "
+                        "operator, slower on a CPU)")
     p.add_argument("--quiet", action="store_true", help="no progress bars; one JSON line of result")
 
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..checks import UsageError
 from ..patch import patched
-from .frameworks import check_mindspore_mode
+from .frameworks import DEFAULT_MINDSPORE_MODE, check_mindspore_mode
 from .settings import Settings
 from .sides import Loaded, Side, load, run
 
@@ -155,7 +155,7 @@ def load_pair(settings: Settings, torch_device: str = "cpu", mindspore_device: O
                 mindspore=load("mindspore", settings, mindspore_device, quiet))
 
 
-def lockstep_side(loaded: Loaded, settings: Settings, inputs: List[np.ndarray], mode: str = "pynative",
+def lockstep_side(loaded: Loaded, settings: Settings, inputs: List[np.ndarray], mode: str = DEFAULT_MINDSPORE_MODE,
                   hook: Optional[Callable[..., None]] = None) -> List[Dict[str, np.ndarray]]:
     """Each step of one side fed ``inputs[i]`` (the reference trajectory): its model output and its
     next sample. ``hook(index, timestep, unet_args, unet_kwargs)`` sees every UNet call's inputs
@@ -193,7 +193,8 @@ def lockstep_side(loaded: Loaded, settings: Settings, inputs: List[np.ndarray], 
     return rows
 
 
-def lockstep(pair: Pair, settings: Settings, torch_side: Side, mode: str = "pynative") -> List[Dict[str, Any]]:
+def lockstep(pair: Pair, settings: Settings, torch_side: Side,
+             mode: str = DEFAULT_MINDSPORE_MODE) -> List[Dict[str, Any]]:
     """Per-step local error: both denoisers and schedulers fed torch's sample at every step."""
     inputs = [torch_side.initial_noise] + list(torch_side.states[:-1])
     a = lockstep_side(pair.torch, settings, inputs, mode)
@@ -203,7 +204,7 @@ def lockstep(pair: Pair, settings: Settings, torch_side: Side, mode: str = "pyna
 
 
 def compare_loaded(pair: Pair, settings: Settings, tolerance: Optional[float] = None, lockstep_mode: bool = False,
-                   mindspore_mode: str = "pynative", layers: Optional[Any] = None,
+                   mindspore_mode: str = DEFAULT_MINDSPORE_MODE, layers: Optional[Any] = None,
                    noise_floor: bool = False) -> Comparison:
     """One comparison (a sweep's cell) on pipelines already loaded by :func:`load_pair`.
 
@@ -225,9 +226,8 @@ def compare_loaded(pair: Pair, settings: Settings, tolerance: Optional[float] = 
     with patched():  # once for both runs: (un)patching scans every loaded module
         a = run(pair.torch, settings)
         b = run(pair.mindspore, settings, mindspore_mode)
-        a.environment = fingerprint(["torch"])
-        b.environment = fingerprint(["mindspore"])
-        b.environment["mindspore_mode"] = mindspore_mode
+        a.environment = {**fingerprint(["torch"]), **a.environment}
+        b.environment = {**fingerprint(["mindspore"]), **b.environment}  # with the mode and cache that ran
         local = None
         if lockstep_mode:
             start = time.perf_counter()
@@ -243,12 +243,13 @@ def compare_loaded(pair: Pair, settings: Settings, tolerance: Optional[float] = 
 
 def compare_frameworks(settings: Settings, torch_device: str = "cpu", mindspore_device: Optional[str] = None,
                        tolerance: Optional[float] = None, lockstep_mode: bool = False,
-                       quiet: bool = False, mindspore_mode: str = "pynative",
+                       quiet: bool = False, mindspore_mode: str = DEFAULT_MINDSPORE_MODE,
                        layers: Optional[Any] = None, noise_floor: bool = False) -> Comparison:
     """Run diffusers on torch and mindone on MindSpore from one seed and compare them.
 
-    ``mindspore_mode``: ``"pynative"`` (MindSpore's default) or ``"graph"``. ``layers`` and
-    ``noise_floor``: as :func:`compare_loaded`.
+    ``mindspore_mode``: ``"graph"`` (the default: compiled once per model and machine, then
+    loaded from :mod:`.graph_cache`) or ``"pynative"`` (MindSpore's own default, operator by
+    operator). ``layers`` and ``noise_floor``: as :func:`compare_loaded`.
     """
     check_mindspore_mode(mindspore_mode)
     if tolerance is not None:

@@ -19,6 +19,10 @@ from .quiet import silenced
 #: The frameworks a comparison runs, in report order (the torch side is the reference).
 FRAMEWORKS: Tuple[str, ...] = ("torch", "mindspore")
 MINDSPORE_MODES: Tuple[str, ...] = ("pynative", "graph")
+#: What a comparison runs MindSpore in unless told otherwise: graph mode, its compiled graphs
+#: kept between processes by .graph_cache (within 1e-6 relative L2 of PyNative; several times
+#: faster per step on a CPU, benchmarks/RESULTS.md figure 5).
+DEFAULT_MINDSPORE_MODE = "graph"
 
 
 def check_framework(framework: Any) -> str:
@@ -37,8 +41,9 @@ def check_mindspore_mode(mode: Any) -> str:
 def mindspore_mode(mode: str) -> Iterator[None]:
     """MindSpore's execution mode inside the block, the previous one after it.
 
-    ``"graph"`` compiles each Cell (the UNet) on its first call: a few seconds once, then a
-    step costs a fraction of PyNative's on a CPU (benchmarks/RESULTS.md, figure 5).
+    ``"graph"`` compiles each Cell (the UNet) on its first call: a few seconds once (or loaded
+    from :mod:`.graph_cache` around a run), then a step costs a fraction of PyNative's on a CPU
+    (benchmarks/RESULTS.md, figure 5).
     """
     import mindspore as ms
 

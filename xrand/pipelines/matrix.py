@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from . import schedulers
 from .compare import DEFAULT_TOLERANCE, Pair, compare_loaded, load_pair
 from .files import atomic_path, json_safe, pyplot, write_json, write_text
+from .frameworks import DEFAULT_MINDSPORE_MODE
 from .settings import Settings
 
 MATRIX_VERSION = 1
@@ -30,6 +31,8 @@ class Row:
     max_local_rel_l2: Optional[float] = None  # with lockstep
     error: Optional[str] = None
     ran: Dict[str, Any] = field(default_factory=dict)
+    mindspore_mode: Optional[str] = None  # what MindSpore ran, and what its compile cache did
+    mindspore_compile_cache: Optional[str] = None
 
     @property
     def label(self) -> str:
@@ -56,7 +59,8 @@ class Matrix:
 
 def run_matrix(settings: Settings, entries: Sequence[Tuple[str, Dict[str, Any]]] = schedulers.MATRIX,
                tolerance: Optional[float] = None, lockstep_mode: bool = False, torch_device: str = "cpu",
-               mindspore_device: Optional[str] = None, quiet: bool = True, mindspore_mode: str = "pynative",
+               mindspore_device: Optional[str] = None, quiet: bool = True,
+               mindspore_mode: str = DEFAULT_MINDSPORE_MODE,
                pair: Optional[Pair] = None, progress=None) -> Matrix:
     """Compare every ``(scheduler, options)`` in ``entries``; a row that raises is an error row."""
     tolerance = DEFAULT_TOLERANCE[settings.dtype] if tolerance is None else tolerance
@@ -78,6 +82,8 @@ def run_matrix(settings: Settings, entries: Sequence[Tuple[str, Dict[str, Any]]]
             if c.local_steps:
                 row.max_local_rel_l2 = max(r["sample"]["rel_l2"] for r in c.local_steps)
             row.ran = c.ran
+            row.mindspore_mode = c.environments["b"].get("mindspore_mode")
+            row.mindspore_compile_cache = c.environments["b"].get("mindspore_compile_cache")
         rows.append(row)
         if progress is not None:
             progress(row)

@@ -13,7 +13,8 @@ kernels); :func:`uninstall` puts every original object back.
     with mindspore_cpu.cpu_fallbacks(), frameworks.mindspore_mode("graph"):
         images = mindone_pipeline(...)
 
-The fallbacks compile in MindSpore's graph mode too (each Cell compiled on its first call).
+The fallbacks compile in MindSpore's graph mode too (each Cell compiled on its first call);
+one, mindone's GEGLU (Stable Diffusion's feed-forward), is there for graph mode only.
 
 Speed (DDIM pipeline step, batch 1, 2 shared cores, MindSpore 2.10 vs torch 2.13 at 2 threads;
 the machine was shared, so +-30%): google/ddpm-cifar10-32 architecture: torch 0.07-0.12 s;
@@ -258,11 +259,20 @@ def _layer_norm_construct(self, input):
     return _layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
 
 
+def _geglu_construct(self, hidden_states):
+    """mindone's GEGLU.construct without Tensor.chunk: in graph mode chunk compiles to the Chunk
+    kernel, which the CPU lacks (PyNative splits in Python); ops.split makes the same two halves."""
+    hidden_states = self.proj(hidden_states)
+    hidden_states, gate = ops.split(hidden_states, hidden_states.shape[-1] // 2, -1)
+    return hidden_states * self.gelu(gate)
+
+
 def _targets() -> list[tuple[object, str, object]]:
     """(owner, attribute, fallback) for each operator replaced on a CPU."""
     import mindspore.mint as mint
     import mindspore.mint.nn.functional as F
     from mindspore.mint.nn import Conv2d, LayerNorm
+    from mindone.diffusers.models.activations import GEGLU
 
     return [
         (mint, "arange", _arange),
@@ -284,6 +294,7 @@ def _targets() -> list[tuple[object, str, object]]:
         (F, "layer_norm", _layer_norm),
         (LayerNorm, "construct", _layer_norm_construct),
         (F, "gelu", _gelu),
+        (GEGLU, "construct", _geglu_construct),  # graph mode: Stable Diffusion's feed-forward
     ]
 
 

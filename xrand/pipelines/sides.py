@@ -26,7 +26,8 @@ from ..generator import Generator
 from ..patch import patched
 from . import schedulers
 from .brownian import use_xrand_brownian
-from .frameworks import FRAMEWORKS, Framework, check_framework, check_mindspore_mode, framework
+from .frameworks import (DEFAULT_MINDSPORE_MODE, FRAMEWORKS, Framework, check_framework, check_mindspore_mode,
+                         framework)
 from .recipes import Recipe, denoising_loop, recipe as recipe_named, step_arguments
 from .settings import Settings
 
@@ -184,6 +185,14 @@ class Loaded:
     def context(self, mode: str = "pynative"):
         return self.fw.context(self.device, mode)
 
+    def compile_cache(self, settings: Settings, mode: str):
+        """Around a run: MindSpore's compile cache in graph mode (:mod:`.graph_cache`), else nothing."""
+        if self.fw.name != "mindspore" or mode != "graph":
+            return contextlib.nullcontext({})
+        from .graph_cache import compile_cache
+
+        return compile_cache(settings, self.recipe.pipeline, self.scheduler_class)
+
 
 def check_settings(settings: Settings) -> Recipe:
     """Everything about the settings that can be refused before importing a framework: the
@@ -276,11 +285,13 @@ class _StepRecorder:
         scheduler.step = step
 
 
-def run(loaded: Loaded, settings: Settings, mode: str = "pynative",
+def run(loaded: Loaded, settings: Settings, mode: str = DEFAULT_MINDSPORE_MODE,
         generator: Optional[CountingGenerator] = None) -> Side:
     """Run a loaded pipeline from the settings' seed (with the settings' scheduler) and record it.
 
-    ``mode`` is MindSpore's execution mode (``"pynative"`` or ``"graph"``); torch ignores it.
+    ``mode`` is MindSpore's execution mode (``"graph"``, with :mod:`.graph_cache`, or
+    ``"pynative"``); torch ignores it. A MindSpore side's ``environment`` says which mode ran
+    and what the compile cache did (``mindspore_mode``, ``mindspore_compile_cache``).
     ``generator``: the run's noise, when it must be other than ``CountingGenerator(settings.seed,
     stream=settings.stream)`` (the noise floor's float64 run draws as the float32 run did).
     """
@@ -300,7 +311,7 @@ def run(loaded: Loaded, settings: Settings, mode: str = "pynative",
     library_pipeline = recipe.runs_library_pipeline(loaded.scheduler_class)
     start = time.perf_counter()
     try:
-        with patched(), loaded.context(mode):
+        with patched(), loaded.context(mode), loaded.compile_cache(settings, mode) as cache:
             if library_pipeline:
                 images = pipe(**recipe.call_arguments(settings, generator), return_dict=False)[0]
             else:
@@ -308,6 +319,11 @@ def run(loaded: Loaded, settings: Settings, mode: str = "pynative",
     finally:
         del pipe.scheduler.step  # drop the instance wrapper, back to the class method
     seconds = time.perf_counter() - start
+    environment = {}
+    if fw.name == "mindspore":
+        environment["mindspore_mode"] = mode
+        if "status" in cache:
+            environment["mindspore_compile_cache"] = cache["status"]
     if not recorder.outputs:
         raise RuntimeError(f"{recipe.pipeline} on {fw.name} never called scheduler.step")
     return Side(
@@ -320,6 +336,7 @@ def run(loaded: Loaded, settings: Settings, mode: str = "pynative",
         seconds=seconds,
         model_fingerprint=model_fingerprint(settings.model),
         device=_device_name(loaded),
+        environment=environment,
         ran={
             "pipeline": recipe.pipeline if library_pipeline else "denoising_loop",
             "recipe": recipe.pipeline,
@@ -343,16 +360,14 @@ def _device_name(loaded: Loaded) -> str:
 
 
 def run_side(framework_name: str, settings: Settings, device: Optional[str] = None, quiet: bool = False,
-             mode: str = "pynative") -> Side:
+             mode: str = DEFAULT_MINDSPORE_MODE) -> Side:
     """Load the model on one framework and run it (the whole of ``xrand run``)."""
     from .environment import fingerprint
 
     check_framework(framework_name)
     check_mindspore_mode(mode)
     side = run(load(framework_name, settings, device, quiet), settings, mode)
-    side.environment = fingerprint([framework_name])
-    if framework_name == "mindspore":
-        side.environment["mindspore_mode"] = mode
+    side.environment = {**fingerprint([framework_name]), **side.environment}
     return side
 
 

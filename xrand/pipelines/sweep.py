@@ -25,6 +25,7 @@ import numpy as np
 
 from ..checks import UsageError, UsageTypeError, check_seed
 from .files import atomic_path, json_safe, pyplot, write_json, write_text
+from .frameworks import DEFAULT_MINDSPORE_MODE
 
 SWEEP_VERSION = 1
 ENGINES = ("local", "ray")
@@ -151,7 +152,7 @@ class SweepConfig:
 
     settings: Any  # Settings
     tolerance: Optional[float] = None
-    mindspore_mode: str = "pynative"
+    mindspore_mode: str = DEFAULT_MINDSPORE_MODE
     torch_device: str = "cpu"
     mindspore_device: Optional[str] = None
     threads_per_worker: int = 1

@@ -1,0 +1,146 @@
+"""MindSpore's graph mode with xrand's keyed compile cache: the same numbers as PyNative, from a
+fresh process too, whatever the weights; a key that follows what changes a graph."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("diffusers")
+ms = pytest.importorskip("mindspore")
+pytest.importorskip("mindone.diffusers")
+
+from test_pipelines import make_tiny_model  # noqa: E402
+from xrand.pipelines import graph_cache  # noqa: E402
+from xrand.pipelines.settings import Settings  # noqa: E402
+
+# One MindSpore side of `model` in `mode`, then (optionally) PyNative sides of other models;
+# prints {"status": ..., "mode": ...} and saves the images as NumPy files.
+SIDES = r"""
+import json, sys
+import numpy as np
+from xrand.pipelines.settings import Settings
+from xrand.pipelines.sides import load, run
+out = {}
+for i, (model, mode, path) in enumerate(json.loads(sys.argv[1])):
+    settings = Settings(model=model, steps=2, batch_size=1, seed=5)
+    side = run(load("mindspore", settings, quiet=True), settings, mode)
+    np.save(path, side.images)
+    out[path] = side.environment
+print(json.dumps(out))
+"""
+
+
+def sides(runs, cache_dir):
+    env = dict(os.environ, XRAND_CACHE_DIR=str(cache_dir))
+    done = subprocess.run([sys.executable, "-c", SIDES, json.dumps(runs)], capture_output=True, text=True, env=env,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def rel_l2(a, b):
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+@pytest.fixture(scope="module")
+def two_models(tmp_path_factory):
+    """Two tiny models of one config, with different weights."""
+    root = tmp_path_factory.mktemp("graph-cache")
+    a = make_tiny_model(root / "a")
+    b = str(root / "b")
+    shutil.copytree(a, b)
+    from safetensors.numpy import load_file, save_file
+
+    weights = os.path.join(b, "unet", "diffusion_pytorch_model.safetensors")
+    save_file({k: v * np.float32(0.9) + np.float32(0.01) for k, v in load_file(weights).items()}, weights)
+    return a, b
+
+
+def test_cached_graphs_give_pynative_numbers_in_a_fresh_process_for_other_weights(two_models, tmp_path):
+    a, b = two_models
+    cache = tmp_path / "cache"
+    files = {name: str(tmp_path / f"{name}.npy") for name in ("a_graph", "a_pynative", "b_pynative", "b_graph")}
+    first = sides([(a, "graph", files["a_graph"]), (a, "pynative", files["a_pynative"]),
+                   (b, "pynative", files["b_pynative"])], cache)
+    env = first[files["a_graph"]]
+    assert env["mindspore_mode"] == "graph"
+    assert env["mindspore_compile_cache"].startswith("saved " + str(cache))
+    assert first[files["a_pynative"]] == {"mindspore_mode": "pynative"}
+    folder = env["mindspore_compile_cache"].split()[1]
+    assert sorted(os.listdir(cache / graph_cache.SUBFOLDER)) == [os.path.basename(folder)]  # no partial left
+
+    second = sides([(b, "graph", files["b_graph"])], cache)  # a fresh process, the same config: the same folder
+    assert second[files["b_graph"]]["mindspore_compile_cache"] == f"loaded {folder}"
+    images = {name: np.load(path) for name, path in files.items()}
+    assert rel_l2(images["a_graph"], images["a_pynative"]) < 1e-6
+    assert rel_l2(images["b_graph"], images["b_pynative"]) < 1e-6  # b's weights, not a's from the cache
+    assert rel_l2(images["a_pynative"], images["b_pynative"]) > 1e-2
+
+
+def test_the_key_follows_what_changes_a_graph_and_not_the_seed_or_weights(two_models, tmp_path, monkeypatch):
+    a, b = two_models
+    settings = Settings(model=a, steps=2, batch_size=1)
+    key = graph_cache.cache_key(settings, "DDIMPipeline", "DDIMScheduler")
+    same = [graph_cache.cache_key(Settings(model=a, steps=2, batch_size=1, seed=9), "DDIMPipeline", "DDIMScheduler"),
+            graph_cache.cache_key(Settings(model=b, steps=2, batch_size=1), "DDIMPipeline", "DDIMScheduler")]
+    assert same == [key, key]
+    other = tmp_path / "other-config"
+    shutil.copytree(a, other)
+    config = other / "unet" / "config.json"
+    config.write_text(config.read_text().replace('"norm_eps": 1e-05', '"norm_eps": 1e-06'))
+    changed = {
+        "batch": graph_cache.cache_key(Settings(model=a, steps=2, batch_size=2), "DDIMPipeline", "DDIMScheduler"),
+        "dtype": graph_cache.cache_key(Settings(model=a, steps=2, batch_size=1, dtype="float16"), "DDIMPipeline",
+                                       "DDIMScheduler"),
+        "steps": graph_cache.cache_key(Settings(model=a, steps=3, batch_size=1), "DDIMPipeline", "DDIMScheduler"),
+        "scheduler": graph_cache.cache_key(settings, "DDIMPipeline", "EulerDiscreteScheduler"),
+        "config": graph_cache.cache_key(Settings(model=str(other), steps=2, batch_size=1), "DDIMPipeline",
+                                        "DDIMScheduler"),
+    }
+    monkeypatch.setattr(graph_cache, "source_digest", lambda: "another xrand source")
+    changed["xrand source"] = graph_cache.cache_key(settings, "DDIMPipeline", "DDIMScheduler")
+    monkeypatch.undo()
+    monkeypatch.setattr(ms, "__version__", "0.0.1")
+    changed["mindspore"] = graph_cache.cache_key(settings, "DDIMPipeline", "DDIMScheduler")
+    assert key not in changed.values() and len(set(changed.values())) == len(changed), changed
+
+
+def test_a_cache_folder_that_cannot_be_written_compiles_without_it(two_models, tmp_path, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("XRAND_CACHE_DIR", str(blocker / "cache"))
+    monkeypatch.delenv("MS_COMPILER_CACHE_ENABLE", raising=False)
+    monkeypatch.setattr(graph_cache, "_taken", None)
+    with graph_cache.compile_cache(Settings(model=two_models[0]), "DDIMPipeline", "DDIMScheduler") as state:
+        assert os.environ.get("MS_COMPILER_CACHE_ENABLE") != "1"
+    assert state["status"].startswith(f"off: cannot write {blocker / 'cache'}")
+    assert graph_cache._taken is None  # a later run may still use a writable folder
+
+
+def test_one_folder_per_process_and_the_variables_put_back(two_models, tmp_path, monkeypatch):
+    monkeypatch.setenv("XRAND_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("MS_COMPILER_CACHE_ENABLE", raising=False)  # put back after the test
+    monkeypatch.setattr(graph_cache, "_taken", None)
+    before = {name: os.environ.get(name) for name in ("MS_COMPILER_CACHE_PATH", "MS_DEV_FORCE_USE_COMPILE_CACHE")}
+    with graph_cache.compile_cache(Settings(model=two_models[0]), "DDIMPipeline", "DDIMScheduler") as state:
+        assert os.environ["MS_COMPILER_CACHE_ENABLE"] == "1"
+    assert state["status"] == "off: nothing compiled (the graphs were already in memory)"
+    assert os.environ["MS_COMPILER_CACHE_ENABLE"] == "0"
+    assert {name: os.environ.get(name) for name in before} == before
+    with graph_cache.compile_cache(Settings(model=two_models[0], steps=3), "DDIMPipeline", "DDIMScheduler") as state:
+        pass
+    assert state["status"] == graph_cache.OFF_TAKEN
+    assert os.listdir(tmp_path / graph_cache.SUBFOLDER) == []
+
+
+def test_the_cache_folder_follows_xrand_cache_dir_then_xdg(monkeypatch, tmp_path):
+    monkeypatch.setenv("XRAND_CACHE_DIR", str(tmp_path / "x"))
+    assert graph_cache.cache_root() == str(tmp_path / "x" / graph_cache.SUBFOLDER)
+    monkeypatch.delenv("XRAND_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert graph_cache.cache_root() == str(tmp_path / "xdg" / "xrand" / graph_cache.SUBFOLDER)
