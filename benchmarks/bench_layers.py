@@ -35,6 +35,7 @@ def child(model: str, repeats: int, profile: bool) -> dict:
         import mindspore  # noqa: F401
         import torch
 
+    from xrand.patch import patched
     from xrand.pipelines.compare import layers_at_step, load_pair, lockstep
     from xrand.pipelines.layers import LayerOptions
     from xrand.pipelines.settings import Settings
@@ -60,21 +61,23 @@ def child(model: str, repeats: int, profile: bool) -> dict:
                                                             LayerOptions(step=0, threshold=1e-4)),
     }
     per = {"lockstep step": k, "layers": 1, "layers, --layer-tolerance": 1}
-    for fn in methods.values():
-        fn()  # warm-up
     times = {name: [] for name in methods}
     names = list(methods)
-    for r in range(repeats):
-        for name in names[r % len(names):] + names[: r % len(names)]:
-            start = time.perf_counter()
-            methods[name]()
-            times[name].append((time.perf_counter() - start) / per[name])
+    with patched():  # as compare_loaded runs them: patched once, not once per call
+        for fn in methods.values():
+            fn()  # warm-up
+        for r in range(repeats):
+            for name in names[r % len(names):] + names[: r % len(names)]:
+                start = time.perf_counter()
+                methods[name]()
+                times[name].append((time.perf_counter() - start) / per[name])
     report = methods["layers"]()
     result = {"k": k, "times": times, "torch_threads": torch.get_num_threads(), "modules": len(report.modules),
               "culprit": report.culprit, "threshold": report.threshold}
     ratio = statistics.median(ratios(times["layers"], times["lockstep step"]))
     if profile and ratio > TARGET_RATIO:
-        result["profile"] = profile_top(methods["layers"], limit=12)
+        with patched():
+            result["profile"] = profile_top(methods["layers"], limit=12)
     return result
 
 
@@ -96,7 +99,9 @@ def run(repeats: int = 5) -> Section:
             f"schedulers fed torch's sample; k chosen so a call lasts about {LOCKSTEP_SECONDS:.0f} s) divided by k. "
             "**layers**: `compare.layers_at_step` at step 0, what `--layers` adds to a comparison (the torch "
             "recipe's denoiser call at that step, a hooked torch pass, MindSpore as run and MindSpore fed torch's inputs at every module, torch's float64 floor pass). "
-            f"{repeats} repeats, interleaved, after a warm-up call each. Ratio: layers / lockstep step per repeat."
+            f"{repeats} repeats, interleaved, after a warm-up call each, all inside one `xrand.patched()` block as "
+            "`compare_loaded` runs them (patching scans every loaded module, once per comparison). Ratio: layers / "
+            "lockstep step per repeat."
         ),
         columns=["model", "run", "s per call (min / med / max)", "ratio to a lockstep step (min / med / max)"],
     )
