@@ -203,7 +203,7 @@ def _box_muller_avx2_pairs(u1, u2, cos_out, sin_out):
 
 # -- blocks of 16 ------------------------------------------------------------------------------
 # mt19937 must run in order, but each block of 16 values is transformed on its own: a chunk's
-# untempered words are drawn (into the output itself, or a buffer), then its blocks are tempered
+# untempered words are drawn into the output itself, then its blocks are tempered
 # and transformed, by another thread (nogil) while the next chunk's words are drawn.
 
 PAR_CHUNK = 1 << 17  # values a task transforms (a multiple of 16; its 512 KiB of words stay in L2)

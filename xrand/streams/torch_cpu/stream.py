@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from concurrent.futures import Future
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
@@ -36,7 +35,7 @@ ENGINES = ("auto", "torch", "numba-parallel", "numba", "numpy")
 KERNELS = ("avx2", "scalar")
 
 _CHUNK = 1 << 16  # values made at a time: a multiple of 16; bounds scratch memory, fits caches
-_PARALLEL_MIN = 1 << 20  # smaller draws run on one thread: handing out tasks and buffers cost more
+_PARALLEL_MIN = 1 << 20  # smaller draws run on one thread: handing out tasks costs more
 
 
 def torch_kernel() -> str:
@@ -196,10 +195,10 @@ class _NumbaEngine(_MTEngine):
 class _ParallelEngine(_NumbaEngine):
     """The numba engine with the blocks of 16 transformed on ``threads`` threads (same bits).
 
-    The calling thread draws a chunk's words into one of ``threads + 1`` small buffers, then a
-    pool thread transforms them into the output while the next chunk's words are drawn (the
-    output's fresh pages are first touched by the pool threads, not by the sequential part).
-    float16 goes through a float32 scratch a chunk at a time, on one thread.
+    The calling thread draws a chunk's words into the output itself (as the numba engine does,
+    so the output's fresh pages are touched once, in order), then a pool thread transforms the
+    chunk in place while the next chunk's words are drawn. float16 goes through a float32
+    scratch a chunk at a time, on one thread.
     """
 
     def __init__(self, kernel: str, threads: Optional[int] = None) -> None:
@@ -214,18 +213,13 @@ class _ParallelEngine(_NumbaEngine):
             transform = self.kernels.double_range
         else:
             transform = self.kernels.float_avx2_range if self.kernel == "avx2" else self.kernels.float_scalar_range
-        chunk, per_value = self.kernels.PAR_CHUNK, 2 if dtype == "float64" else 1
         tasks = Tasks(self.threads)
-        buffers = [np.empty(per_value * chunk, np.uint32) for _ in range(min(tasks.threads, 64) + 1)]
-        pending: List[Optional[Future]] = [None] * len(buffers)
         try:
-            for index, lo in enumerate(range(0, out.size, chunk)):
-                hi, slot = min(lo + chunk, out.size), index % len(buffers)
-                if pending[slot] is not None:
-                    pending[slot].result()  # the task that read this buffer last is done
-                words = buffers[slot][: per_value * (hi - lo)]
+            for lo in range(0, out.size, self.kernels.PAR_CHUNK):
+                chunk = out[lo:lo + self.kernels.PAR_CHUNK]
+                words = chunk.view(np.uint32)  # one word a value, two for float64: each value's own memory
                 self.kernels.raw_words(self.key, self.pos, words)
-                pending[slot] = tasks.submit(transform, words, out[lo:hi], 0, hi - lo, dtype == "bfloat16")
+                tasks.submit(transform, words, chunk, 0, chunk.size, dtype == "bfloat16")
         finally:
             tasks.wait()
 
