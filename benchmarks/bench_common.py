@@ -124,10 +124,10 @@ def profile_top(fn: Callable[[], Any], calls: int = 1, limit: int = 10, also_cum
     for _ in range(calls):
         fn()
     profiler.disable()
-    text = _shares(profiler) + "\n\n" + _stats_table(profiler, "tottime", limit)
+    text = _shares(profiler) + "\n\n" + stats_table(profiler, "tottime", limit)
     if also_cumulative:
         text += f"\n\nBy cumulative time, functions matching `{also_cumulative}`:\n\n"
-        text += _stats_table(profiler, "cumulative", also_cumulative)
+        text += stats_table(profiler, "cumulative", also_cumulative)
     return text
 
 
@@ -141,7 +141,8 @@ def _shares(profiler: cProfile.Profile, top: int = 3) -> str:
     return f"Most own time ({total:.3f} s profiled): " + ", ".join(names) + "."
 
 
-def _stats_table(profiler: cProfile.Profile, sort: str, restriction: Any) -> str:
+def stats_table(profiler: Any, sort: str, restriction: Any) -> str:
+    """pstats of a profiler (or a saved profile's path) as a markdown code block, paths shortened."""
     out = io.StringIO()
     stats = pstats.Stats(profiler, stream=out)
     stats.sort_stats(sort).print_stats(restriction)
@@ -156,13 +157,15 @@ def _stats_table(profiler: cProfile.Profile, sort: str, restriction: Any) -> str
 
 # ----------------------------------------------------------------------------- processes
 
-def run_json(argv: Sequence[str], timeout: float = 600, env: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
-    """Run ``python *argv`` in a fresh process; its last stdout line starting with ``{`` is JSON."""
+def run_json(argv: Sequence[str], timeout: float = 600, env: Optional[Dict[str, str]] = None,
+             ok: Sequence[int] = (0,)) -> Dict[str, Any]:
+    """Run ``python *argv`` in a fresh process; its last stdout line starting with ``{`` is JSON.
+    ``ok``: the exit statuses that count as success (``xrand compare`` exits 1 for a FAIL verdict)."""
     full_env = dict(os.environ, **(env or {}))
     result = subprocess.run([PYTHON, *argv], capture_output=True, text=True, timeout=timeout, cwd=str(ROOT),
                             env=full_env)
     lines = [line for line in result.stdout.strip().splitlines() if line.startswith("{")]
-    if result.returncode or not lines:
+    if result.returncode not in ok or not lines:
         tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-15:])
         raise RuntimeError(f"child process failed (exit {result.returncode}):\n{tail}")
     return json.loads(lines[-1])
