@@ -303,7 +303,8 @@ def run(repeats: int = 5) -> Section:
                                         met=ms_s / torch_s <= TARGET_RATIO if judged else None))
         if any(not row.met for row in section.rows if row.target and "PyNative" in row.cells[1]):
             section.notes.append(
-                "MindSpore in PyNative mode misses the 2x target and graph mode meets it. In PyNative every "
+                "MindSpore in PyNative mode misses the 2x target by far; graph mode runs much closer to torch "
+                "(the rows above). In PyNative every "
                 "operator is dispatched from Python one at a time (`run_op_async`, one call per operator; the "
                 "digits UNet has over 100 per step), and each convolution runs as im2col plus a batched matmul "
                 "(the CPU fallback; `pyboost_batch_mat_mul` in the profiles below) with the unfold, reshape and "
