@@ -28,6 +28,24 @@ def run_python(code: str, env=None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full_env, timeout=300)
 
 
+def assert_forked_child_continues(setup: str, numel: int) -> None:
+    """In a fresh interpreter, ``setup`` makes a stream ``s`` and a function ``reference(state)``
+    (another engine in that state); ``s`` draws ``numel`` float32 values, then a forked child
+    draws the next ``numel`` and must get what ``reference`` draws. The child has none of its
+    parent's pool threads, so the engine must make its own."""
+    code = (f"import os, hashlib\n{setup}\n"
+            f"s.normal(({numel},), 'float32')\n"
+            f"want = hashlib.sha1(reference(s.get_state()).normal(({numel},), 'float32').tobytes()).hexdigest()\n"
+            "pid = os.fork()\n"
+            "if pid == 0:\n"
+            f"    got = hashlib.sha1(s.normal(({numel},), 'float32').tobytes()).hexdigest()\n"
+            "    print(got == want, flush=True)\n"
+            "    os._exit(0)\n"
+            "print(os.waitpid(pid, 0)[1])")
+    result = run_python(code)
+    assert result.stdout.split() == ["True", "0"], result.stderr
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _private_graph_cache(tmp_path_factory):
     """MindSpore's compiled graphs (xrand.pipelines.graph_cache) go to a temporary folder, not

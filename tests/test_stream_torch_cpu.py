@@ -21,7 +21,7 @@ from xrand.streams.torch_cpu import stream as torch_cpu_stream
 from xrand.streams.torch_cpu import (
     TORCH_STATE_SIZE, TorchCPUStream, libm_function, parse_torch_state, seed_key, torch_state_bytes,
 )
-from conftest import run_python
+from conftest import assert_forked_child_continues, run_python
 
 DTYPES = ("float32", "float64", "float16", "bfloat16")
 SEEDS = (0, 1, 2**32 - 1, 2**32 + 5, 2**64 - 1)
@@ -321,22 +321,13 @@ def test_parallel_engine_matches_torch_on_more_threads_than_cores():
 @needs_numba
 @pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
 def test_parallel_engine_works_in_a_forked_child():
-    # the child makes its own pool threads (it has none of its parent's)
-    code = ("import os, hashlib\n"
-            "from xrand.streams.torch_cpu import TorchCPUStream\n"
-            "s = TorchCPUStream(8, engine='numba-parallel')\n"
-            "s.normal((1 << 21,), 'float32')\n"
-            "expected = TorchCPUStream(0, engine='numba')\n"
-            "expected.set_state(s.get_state())\n"
-            "want = hashlib.sha1(expected.normal((1 << 21,), 'float32').tobytes()).hexdigest()\n"
-            "pid = os.fork()\n"
-            "if pid == 0:\n"
-            "    got = hashlib.sha1(s.normal((1 << 21,), 'float32').tobytes()).hexdigest()\n"
-            "    print(got == want, flush=True)\n"
-            "    os._exit(0)\n"
-            "print(os.waitpid(pid, 0)[1])")
-    result = run_python(code)
-    assert result.stdout.split() == ["True", "0"], result.stderr
+    assert_forked_child_continues(
+        "from xrand.streams.torch_cpu import TorchCPUStream\n"
+        "s = TorchCPUStream(8, engine='numba-parallel')\n"
+        "def reference(state):\n"
+        "    r = TorchCPUStream(0, engine='numba')\n"
+        "    r.set_state(state)\n"
+        "    return r", 1 << 21)
 
 
 # -- scalar kernel (aarch64, Apple Silicon, ATEN_CPU_CAPABILITY=default) ----------------------

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from conftest import run_python
+from conftest import assert_forked_child_continues
 from xrand.numeric import float32_to_bfloat16_values
 from xrand.streams import make_stream
 from xrand.streams import torch_cuda
@@ -341,22 +341,13 @@ def test_auto_engine_is_numba_when_installed():
 @needs_numba
 @pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
 def test_numba_engine_works_in_a_forked_child():
-    # the child makes its own pool threads (it has none of its parent's)
-    code = ("import os, hashlib\n"
-            "from xrand.streams.torch_cuda import TorchCUDAStream\n"
-            "s = TorchCUDAStream(8, engine='numba')\n"
-            "s.normal((3_000_000,), 'float32')\n"
-            "expected = TorchCUDAStream(0, engine='numpy')\n"
-            "expected.set_state(dict(s.get_state(), engine='numpy'))\n"
-            "want = hashlib.sha1(expected.normal((3_000_000,), 'float32').tobytes()).hexdigest()\n"
-            "pid = os.fork()\n"
-            "if pid == 0:\n"
-            "    got = hashlib.sha1(s.normal((3_000_000,), 'float32').tobytes()).hexdigest()\n"
-            "    print(got == want, flush=True)\n"
-            "    os._exit(0)\n"
-            "print(os.waitpid(pid, 0)[1])")
-    result = run_python(code)
-    assert result.stdout.split() == ["True", "0"], result.stderr
+    assert_forked_child_continues(
+        "from xrand.streams.torch_cuda import TorchCUDAStream\n"
+        "s = TorchCUDAStream(8, engine='numba')\n"
+        "def reference(state):\n"
+        "    r = TorchCUDAStream(0, engine='numpy')\n"
+        "    r.set_state(dict(state, engine='numpy'))\n"
+        "    return r", 3_000_000)
 
 
 def test_malformed_state_shapes_are_refused():
