@@ -12,7 +12,7 @@ import numbers
 import operator
 import os
 import sys
-from typing import Any, Optional, Tuple
+from typing import Any, Optional, Sequence, Tuple
 
 
 class UsageError(ValueError):
@@ -51,6 +51,13 @@ _DTYPE_ALIASES = {
     "float32": "float32", "float": "float32", "fp32": "float32",
     "float64": "float64", "double": "float64", "fp64": "float64",
 }
+
+
+def check_choice(value: Any, accepted: Sequence[str], what: str) -> str:
+    """``value`` if it is one of ``accepted``; else ``unknown WHAT 'value'; accepted: a, b``."""
+    if value not in accepted:
+        raise UsageError(f"unknown {what} {value!r}; accepted: {', '.join(accepted)}")
+    return value
 
 
 def check_seed(seed: Any, what: str = "seed") -> int:

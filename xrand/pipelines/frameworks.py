@@ -12,7 +12,7 @@ from typing import Any, Iterator, Optional, Tuple
 
 import numpy as np
 
-from ..checks import UsageError
+from ..checks import check_choice
 from ..registry import backend
 from .quiet import silenced
 
@@ -26,15 +26,11 @@ DEFAULT_MINDSPORE_MODE = "graph"
 
 
 def check_framework(framework: Any) -> str:
-    if framework not in FRAMEWORKS:
-        raise UsageError(f"unknown framework {framework!r}; accepted: {', '.join(FRAMEWORKS)}")
-    return framework
+    return check_choice(framework, FRAMEWORKS, "framework")
 
 
 def check_mindspore_mode(mode: Any) -> str:
-    if mode not in MINDSPORE_MODES:
-        raise UsageError(f"unknown MindSpore mode {mode!r}; accepted: {', '.join(MINDSPORE_MODES)}")
-    return mode
+    return check_choice(mode, MINDSPORE_MODES, "MindSpore mode")
 
 
 @contextlib.contextmanager

@@ -23,7 +23,7 @@ from typing import Any, Callable, Deque, Dict, Iterable, Iterator, List, Optiona
 
 import numpy as np
 
-from ..checks import UsageError, UsageTypeError, check_seed
+from ..checks import UsageError, UsageTypeError, check_choice, check_seed
 from .files import atomic_path, json_safe, pyplot, write_json, write_text
 from .frameworks import DEFAULT_MINDSPORE_MODE
 
@@ -135,9 +135,7 @@ def check_workers(workers: Any) -> int:
 
 
 def check_engine(engine: Any) -> str:
-    if engine not in ENGINES:
-        raise UsageError(f"unknown engine {engine!r}; accepted: {', '.join(ENGINES)}")
-    return engine
+    return check_choice(engine, ENGINES, "engine")
 
 
 @dataclass

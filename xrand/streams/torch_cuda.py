@@ -26,7 +26,7 @@ from ._curand import (
     BLOCK_SIZE, COS_COEF, INV32, MASK32, PHILOX_M, PHILOX_W, PIO2_PARTS, SIN_COEF, TWO_OVER_PI, V_SCALE, V_SHIFT,
 )
 from .base import Stream
-from ..checks import UsageError, check_seed, dtype_name, module_installed
+from ..checks import UsageError, check_choice, check_seed, dtype_name, module_installed
 from ..numeric import float32_to_bfloat16_values
 
 #: GPU name -> (SM count, max resident threads per SM), as torch reads them from
@@ -279,8 +279,7 @@ class TorchCUDAStream(Stream):
 
     def _set_engine(self, engine: Any) -> None:
         """``self.engine``: the engine used for ``engine`` (numba for "auto" when installed)."""
-        if engine not in ENGINES:
-            raise UsageError(f"unknown torch-cuda engine {engine!r}; accepted: {', '.join(ENGINES)}")
+        check_choice(engine, ENGINES, "torch-cuda engine")
         if engine == "numba" and not module_installed("numba"):
             raise ImportError("torch-cuda engine 'numba' needs numba (pip install xrand[fast]); use engine 'numpy'")
         self._requested = engine

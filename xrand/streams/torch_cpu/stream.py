@@ -23,7 +23,7 @@ from typing import Any, Dict, Optional, Tuple
 import numpy as np
 
 from ..base import Stream
-from ...checks import UsageError, module_installed, module_loaded
+from ...checks import UsageError, check_choice, module_installed, module_loaded
 from ...numeric import cast_float64, float32_to_bfloat16_values
 from .._parallel import Tasks
 from .reference import (
@@ -252,10 +252,8 @@ class _TorchEngine:
 
 def resolve_engine(engine: str, kernel: str) -> str:
     """The engine ``"auto"`` stands for: torch if imported, else numba-parallel, else torch, else numpy."""
-    if engine not in ENGINES:
-        raise UsageError(f"unknown torch-cpu engine {engine!r}; accepted: {', '.join(ENGINES)}")
-    if kernel not in KERNELS:
-        raise UsageError(f"unknown torch-cpu kernel {kernel!r}; accepted: {', '.join(KERNELS)}")
+    check_choice(engine, ENGINES, "torch-cpu engine")
+    check_choice(kernel, KERNELS, "torch-cpu kernel")
     if engine == "torch":
         if not module_installed("torch"):
             raise ImportError("torch-cpu engine 'torch' needs torch; use engine 'numba' or 'numpy'")
