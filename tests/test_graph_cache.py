@@ -1,5 +1,6 @@
 """MindSpore's graph mode with xrand's keyed compile cache: the same numbers as PyNative, from a
-fresh process too, whatever the weights; a key that follows what changes a graph."""
+fresh process too, whatever the weights; a key that follows what changes a graph; graph-mode calls
+that set the sub-cells' compile phase directly (xrand.pipelines.graph_calls)."""
 import json
 import os
 import shutil
@@ -144,3 +145,35 @@ def test_the_cache_folder_follows_xrand_cache_dir_then_xdg(monkeypatch, tmp_path
     monkeypatch.delenv("XRAND_CACHE_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert graph_cache.cache_root() == str(tmp_path / "xdg" / "xrand" / graph_cache.SUBFOLDER)
+
+
+def test_graph_calls_set_every_sub_cells_phase_as_mindspores_setter_does():
+    from mindspore import nn
+
+    from xrand.pipelines.frameworks import mindspore_mode
+    from xrand.pipelines.graph_calls import direct_phase_setter
+
+    def phases(net):
+        return {name: cell._compile_phase for name, cell in net.cells_and_names()}
+
+    net = nn.SequentialCell([nn.Dense(3, 2), nn.SequentialCell([nn.ReLU(), nn.Dense(2, 2)])])
+    original = nn.Cell.__dict__["compile_phase"]
+    net.compile_phase = "by mindspore"
+    assert set(phases(net).values()) == {"by mindspore"} and len(phases(net)) == 5
+    with direct_phase_setter():
+        assert nn.Cell.__dict__["compile_phase"] is not original
+        net.compile_phase = "direct"
+        assert set(phases(net).values()) == {"direct"}
+        with pytest.raises(TypeError, match="must be string type"):
+            net.compile_phase = 3
+    assert nn.Cell.__dict__["compile_phase"] is original
+
+    x = ms.tensor(np.arange(6, dtype=np.float32).reshape(2, 3))
+    pynative = net(x).asnumpy()
+    with mindspore_mode("graph"):
+        assert nn.Cell.__dict__["compile_phase"] is not original
+        graph = [net(x).asnumpy() for _ in range(2)]  # compiled, then called again
+        assert len(set(phases(net).values())) == 1 and phases(net)[""] == net.phase_cache[net.phase]
+    assert nn.Cell.__dict__["compile_phase"] is original
+    np.testing.assert_allclose(graph[1], pynative, rtol=1e-6)
+    np.testing.assert_array_equal(graph[0], graph[1])

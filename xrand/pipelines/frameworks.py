@@ -39,16 +39,20 @@ def mindspore_mode(mode: str) -> Iterator[None]:
 
     ``"graph"`` compiles each Cell (the UNet) on its first call: a few seconds once (or loaded
     from :mod:`.graph_cache` around a run), then a step costs a fraction of PyNative's on a CPU
-    (benchmarks/RESULTS.md, figure 5).
+    (benchmarks/RESULTS.md, figure 5). Its calls skip a slow per-call walk of the sub-cells
+    (:mod:`.graph_calls`).
     """
     import mindspore as ms
+
+    from .graph_calls import direct_phase_setter
 
     wanted = {"pynative": ms.PYNATIVE_MODE, "graph": ms.GRAPH_MODE}[check_mindspore_mode(mode)]
     previous = ms.get_context("mode")
     if wanted != previous:
         ms.set_context(mode=wanted)
     try:
-        yield
+        with direct_phase_setter() if mode == "graph" else contextlib.nullcontext():
+            yield
     finally:
         if ms.get_context("mode") != previous:
             ms.set_context(mode=previous)
