@@ -194,6 +194,21 @@ def test_graph_mode_compiles_the_fallbacks_and_restores_the_mode():
     assert np.linalg.norm(out - expected) / np.linalg.norm(expected) < 1e-5
 
 
+def test_the_conv_fallback_gives_the_same_bits_in_graph_mode_as_in_pynative():
+    """Graph mode's difference from PyNative is MindSpore's own (README), not the fallback's."""
+    x, w, b = ms.tensor(_rand(2, 8, 6, 6)), ms.tensor(_rand(4, 8, 3, 3, seed=1)), ms.tensor(_rand(4, seed=2))
+
+    class Conv(ms.nn.Cell):
+        def construct(self, x, w, b):
+            return MF.conv2d(x, w, b, 1, 1)
+
+    with mindspore_cpu.cpu_fallbacks():
+        pynative = Conv()(x, w, b).asnumpy()
+        with mindspore_mode("graph"):
+            graph = Conv()(x, w, b).asnumpy()
+    np.testing.assert_array_equal(graph, pynative)
+
+
 def test_tune_cpu_runtime_does_nothing_off_the_cpu(monkeypatch):
     real = ms.get_context
     monkeypatch.setattr(ms, "get_context", lambda key: "GPU" if key == "device_target" else real(key))
