@@ -1,0 +1,126 @@
+"""One cell (seed, scheduler) of a sweep: :class:`CellRunner` runs it, :func:`run_cell` makes it a row."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+from typing import Any, Dict
+
+import numpy as np
+
+from ...checks import UsageError
+from .config import Cell, SweepConfig, split_label
+
+#: Test hook: "SEED:TIMES[,SEED:TIMES]" kills the worker process running that seed's cells, TIMES times
+#: in all (counted by marker files in XRAND_SWEEP_TEST_KILL_DIR), as an out-of-memory kill would;
+#: "SEED@SCHEDULER:TIMES" only that seed's cell of one scheduler (its label).
+KILL_HOOK, KILL_DIR = "XRAND_SWEEP_TEST_KILL", "XRAND_SWEEP_TEST_KILL_DIR"
+
+
+class CellRunner:
+    """The one place a sweep calls the pipeline API: load both sides once, then run cells.
+
+    Both pipelines are loaded once (:func:`.compare.load_pair`, with the config's
+    ``load_scheduler``); each cell swaps its scheduler in on both sides and compares them
+    (:func:`.compare.compare_loaded`), as ``xrand compare --scheduler all`` does per row.
+    ``run(seed, scheduler)`` takes a scheduler label (:func:`scheduler_label`) and returns a row of
+    results.jsonl (without ``seconds`` and ``worker``, which the caller adds).
+    """
+
+    def __init__(self, config: SweepConfig) -> None:
+        from ..compare import load_pair
+        from ..mindspore_cpu import tune_cpu_runtime
+        from ..quiet import silenced
+
+        with silenced():
+            import mindspore  # noqa: F401
+            import torch
+
+        # A fixed thread count per worker: reductions may split differently with more threads,
+        # and a cell's numbers must not depend on the layout of the sweep.
+        torch.set_num_threads(config.threads_per_worker)
+        tune_cpu_runtime(config.threads_per_worker)  # before loading: it can be set once per process
+        self.config = config
+        self.pair = load_pair(config.cell_settings(0, config.load_scheduler), config.torch_device,
+                              config.mindspore_device, quiet=True)
+
+    def run(self, seed: int, scheduler: str) -> Dict[str, Any]:
+        from ..compare import compare_loaded
+
+        c = self.config
+        comparison = compare_loaded(self.pair, c.cell_settings(seed, scheduler), c.tolerance,
+                                    mindspore_mode=c.mindspore_mode)
+        name, options = split_label(scheduler)
+        row = {"seed": seed, "scheduler": name}
+        if options:
+            row["options"] = options
+        row.update(rel_l2=comparison.final["rel_l2"], max_abs=comparison.final["max_abs"],
+                   psnr_db=comparison.final["psnr_db"], ssim=ssim(comparison.images["a"], comparison.images["b"]),
+                   passed=comparison.passed)
+        return row
+
+
+def ssim(a: np.ndarray, b: np.ndarray) -> float:
+    """Mean SSIM (scikit-image) over the batch of NHWC images in [0, 1]."""
+    from skimage.metrics import structural_similarity
+
+    side = min(a.shape[1], a.shape[2])
+    win = min(7, side if side % 2 else side - 1)  # scikit-image's default window, shrunk for tiny images
+    return float(np.mean([structural_similarity(x, y, data_range=1.0, channel_axis=-1, win_size=win)
+                          for x, y in zip(a.astype(np.float64), b.astype(np.float64))]))
+
+
+def _load_error(exc: Exception) -> Dict[str, Any]:
+    """Why a worker could not load, for the parent: a UsageError stays one (one line, exit 2)."""
+    usage = isinstance(exc, UsageError)
+    return {"usage": usage, "error": _first_line(exc) if usage else f"{type(exc).__name__}: {_first_line(exc)}"}
+
+
+def _worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _maybe_die(seed: int, scheduler: str) -> None:
+    """The fault-injection test hook (see KILL_HOOK): SIGKILL this process on a chosen cell."""
+    spec = os.environ.get(KILL_HOOK)
+    if not spec:
+        return
+    times = dict((key, int(n)) for key, _, n in (item.rpartition(":") for item in spec.split(",")))
+    key = next((k for k in (f"{seed}@{scheduler}", str(seed)) if k in times), None)
+    if key is None:
+        return
+    folder = os.environ[KILL_DIR]
+    done = [name for name in os.listdir(folder) if name.startswith(f"{seed}-")]
+    if len(done) < times[key]:
+        open(os.path.join(folder, f"{seed}-{len(done)}"), "w").close()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def run_cell(runner: CellRunner, seed: int, scheduler: str) -> Dict[str, Any]:
+    """One cell as a row; a Python error in the cell becomes an error row."""
+    _maybe_die(seed, scheduler)
+    start = time.perf_counter()
+    try:
+        row = runner.run(seed, scheduler)
+    except Exception as exc:  # recorded, and the sweep goes on
+        row = error_row((seed, scheduler), f"{type(exc).__name__}: {_first_line(exc)}")
+    row["seconds"] = time.perf_counter() - start
+    row["worker"] = _worker_name()
+    return row
+
+
+def error_row(cell: Cell, reason: str, worker: str = "", seconds: float = 0.0) -> Dict[str, Any]:
+    seed, label = cell
+    name, options = split_label(label)
+    row: Dict[str, Any] = {"seed": seed, "scheduler": name}
+    if options:
+        row["options"] = options
+    row.update(rel_l2=None, max_abs=None, psnr_db=None, ssim=None, passed=False, seconds=seconds, worker=worker,
+               error=reason)
+    return row
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__

@@ -1,0 +1,171 @@
+"""The input of a sweep: ``--seeds`` and ``--scheduler`` parsing, scheduler labels, and :class:`SweepConfig`."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Dict, List, Optional, Tuple
+
+from ...checks import UsageError, UsageTypeError, check_choice, check_seed
+from ..frameworks import DEFAULT_MINDSPORE_MODE
+
+SWEEP_VERSION = 1
+ENGINES = ("local", "ray")
+MAX_CELLS = 1_000_000
+
+Cell = Tuple[int, str]  # (seed, scheduler label: the class name, then its options as JSON if any)
+
+
+def parse_seeds(text: Any) -> List[int]:
+    """``"0-99"`` (inclusive), ``"1,5,9"`` or both (``"0-3,10"``); order kept, repeats dropped."""
+    if not isinstance(text, str):
+        raise UsageTypeError(f"--seeds must be a string such as '0-99' or '1,5,9', got {text!r}")
+    seeds: Dict[int, None] = {}
+    if not text.strip():
+        raise UsageError(f"--seeds {text!r} is empty; expected A-B (inclusive) or a comma list, e.g. 0-99 or 1,5,9")
+    for part in text.split(","):
+        first, dash, last = part.strip().partition("-")
+        try:
+            low = check_seed(int(first), "seed")
+            high = check_seed(int(last), "seed") if dash else low
+        except (ValueError, TypeError):
+            raise UsageError(f"--seeds {text!r}: {part.strip()!r} is not a seed or a range A-B of seeds "
+                             "(integers in [0, 2**64)); expected e.g. 0-99 or 1,5,9") from None
+        if high < low:
+            raise UsageError(f"--seeds {text!r}: the range {part.strip()!r} ends before it starts; "
+                             f"expected A-B with A <= B, e.g. {high}-{low}")
+        if len(seeds) + high - low + 1 > MAX_CELLS:
+            raise UsageError(f"--seeds {text!r} names more than {MAX_CELLS:,} seeds")
+        seeds.update(dict.fromkeys(range(low, high + 1)))
+    return list(seeds)
+
+
+def scheduler_label(name: str, options: Optional[Dict[str, Any]] = None) -> str:
+    """A sweep's name for one scheduler entry: the class name, then its options as sorted JSON
+    (``'DDIMScheduler {"eta": 1.0}'``); the class name alone when it has none."""
+    return f"{name} {json.dumps(options, sort_keys=True)}" if options else name
+
+
+def split_label(label: str) -> Tuple[str, Dict[str, Any]]:
+    """:func:`scheduler_label`'s inverse: (class name, options)."""
+    name, _, options = label.partition(" ")
+    return name, (json.loads(options) if options else {})
+
+
+def row_label(row: Dict[str, Any]) -> str:
+    """The scheduler label of a results.jsonl row (its ``scheduler`` and ``options``)."""
+    return scheduler_label(str(row["scheduler"]), row.get("options") or None)
+
+
+def parse_schedulers(text: Optional[str], settings: Any) -> List[str]:
+    """``--scheduler`` of a sweep -> scheduler labels, with ``settings.scheduler_options`` in each.
+
+    ``None``: the model folder's own scheduler. ``"all"``: every entry of
+    :data:`.schedulers.MATRIX` with its options (as ``xrand compare --scheduler all``). Otherwise
+    a comma list of the names and aliases ``xrand compare --scheduler`` takes; an alias's options
+    come first, ``--scheduler-option`` values over them. Every entry is checked as compare checks
+    it (:class:`.settings.Settings`), before any framework is imported.
+    """
+    from .. import schedulers
+    from ..sides import folder_scheduler, is_local
+
+    user = dict(settings.scheduler_options)
+    if text is not None and not isinstance(text, str):
+        raise UsageTypeError(f"--scheduler must be a string such as 'ddim,euler-a' or 'all', got {text!r}")
+    if text is not None and text.strip().lower() == "all":
+        if user:
+            raise UsageError("--scheduler-option cannot be combined with --scheduler all (each entry has its own "
+                             "options)")
+        entries = [(name, dict(options)) for name, options in schedulers.MATRIX]
+    elif text is None:
+        base = folder_scheduler(settings.model) if is_local(settings.model) else None
+        if not base or not base.get("_class_name"):
+            raise UsageError(f"model {settings.model!r}: its scheduler is not known before loading; name one with "
+                             f"--scheduler (accepted: {', '.join(schedulers.IMAGE_SCHEDULERS)}, an alias, or all)")
+        entries = [(base["_class_name"], {})]
+    else:
+        names = [name.strip() for name in text.split(",")]
+        if not all(names):
+            raise UsageError(f"--scheduler {text!r}: an empty name; expected NAME[,NAME...] or all, "
+                             "e.g. ddim,euler-a")
+        entries = [schedulers.resolve(name) for name in names]
+    labels: Dict[str, None] = {}
+    for name, options in entries:
+        options = {**options, **user}
+        # Settings refuses unknown or unfit schedulers and options that are not JSON values
+        replace(settings, scheduler=name, scheduler_options=options)
+        labels[scheduler_label(name, options)] = None
+    return list(labels)
+
+
+def check_workers(workers: Any) -> int:
+    if isinstance(workers, bool) or not isinstance(workers, int):
+        raise UsageTypeError(f"--workers must be a positive integer, got {workers!r}")
+    if workers < 1:
+        raise UsageError(f"--workers must be a positive integer, got {workers}")
+    return workers
+
+
+def check_engine(engine: Any) -> str:
+    return check_choice(engine, ENGINES, "engine")
+
+
+@dataclass
+class SweepConfig:
+    """What every cell of one sweep shares; two sweeps with different configs never mix.
+
+    ``settings``: every compare setting (:class:`.settings.Settings`); its seed and scheduler are
+    the cell's, its ``scheduler_options`` (``--scheduler-option``) go into every entry.
+    ``load_scheduler``: the scheduler label both sides are loaded with (the sweep's first entry,
+    as :func:`.matrix.run_matrix` loads with its first row); any cell swaps in its own.
+    """
+
+    settings: Any  # Settings
+    tolerance: Optional[float] = None
+    mindspore_mode: str = DEFAULT_MINDSPORE_MODE
+    torch_device: str = "cpu"
+    mindspore_device: Optional[str] = None
+    threads_per_worker: int = 1
+    load_scheduler: Optional[str] = None
+
+    def cell_settings(self, seed: int, scheduler: Optional[str]) -> Any:
+        """The Settings of one cell: the sweep's, with the cell's seed and scheduler label."""
+        if scheduler is None:
+            return replace(self.settings, seed=seed)
+        name, options = split_label(scheduler)
+        return replace(self.settings, seed=seed, scheduler=name, scheduler_options=options)
+
+    def describe(self) -> Dict[str, Any]:
+        """The settings as plain values, flat: the compare settings (less the cell's seed and
+        scheduler; ``scheduler_options`` are the ones given to every entry) and the sweep's own."""
+        from ..sides import pipeline_class
+
+        out = {k: v for k, v in asdict(self.settings).items() if k not in ("seed", "scheduler")}
+        out["pipeline"] = pipeline_class(self.settings)
+        out.update(tolerance=self.tolerance, mindspore_mode=self.mindspore_mode, torch_device=self.torch_device,
+                   mindspore_device=self.mindspore_device, threads_per_worker=self.threads_per_worker)
+        return out
+
+    def identity(self) -> Dict[str, Any]:
+        """The settings that decide a cell's numbers, as written to sweep.json."""
+        from ..compare import DEFAULT_TOLERANCE
+        from ..sides import model_fingerprint
+
+        out = self.describe()
+        out["model"] = model_fingerprint(self.settings.model)
+        out["tolerance"] = DEFAULT_TOLERANCE[self.settings.dtype] if self.tolerance is None else self.tolerance
+        out["versions"] = _versions()
+        return out
+
+
+def _versions() -> Dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    from ..._version import __version__
+
+    out = {"xrand": __version__}
+    for dist in ("torch", "diffusers", "mindspore", "mindone"):
+        try:
+            out[dist] = version(dist)
+        except PackageNotFoundError:
+            out[dist] = "not installed"
+    return out
