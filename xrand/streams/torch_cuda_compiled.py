@@ -75,13 +75,13 @@ def _philox(c0, c1, c2, c3, k0, k1):
 # loops (8 lanes with AVX-512), which it did not do for the same loops inlined into the caller.
 
 @njit(cache=True)
-def _store(out, start, n, values):
-    """``out[start:start + len(values)] = values``, cast, for the elements below ``n``.
+def _store(out, start, values):
+    """``out[start:start + len(values)] = values``, cast, for the elements inside ``out``.
 
     Through a view of ``out``: LLVM vectorizes this loop, not the same loop indexing ``out`` at
     ``start + j`` (0.20 against 0.58 ns a value, measured).
     """
-    dst = out[start:min(start + values.size, n)]
+    dst = out[start:start + values.size]
     for j in range(dst.size):
         dst[j] = values[j]
 
@@ -118,7 +118,7 @@ def _box_muller4_block(log_u, angle):
 
 
 @njit(cache=True, nogil=True)
-def finish4(u0, count, threads, n, log_u, angle, out):
+def finish4(u0, count, threads, log_u, angle, out):
     """curand_normal4, second pass: (s1 sin v1, s1 cos v1, s2 sin v2, s2 cos v2) into ``out``."""
     for blk in range(count // BLOCK_SIZE):
         first = u0 + blk * BLOCK_SIZE
@@ -127,8 +127,8 @@ def finish4(u0, count, threads, n, log_u, angle, out):
         for p in range(2):
             lo = p * count + blk * BLOCK_SIZE
             _box_muller4_block(log_u[lo:lo + BLOCK_SIZE], angle[lo:lo + BLOCK_SIZE])
-            _store(out, element + 2 * p * threads, n, log_u[lo:lo + BLOCK_SIZE])
-            _store(out, element + (2 * p + 1) * threads, n, angle[lo:lo + BLOCK_SIZE])
+            _store(out, element + 2 * p * threads, log_u[lo:lo + BLOCK_SIZE])
+            _store(out, element + (2 * p + 1) * threads, angle[lo:lo + BLOCK_SIZE])
 
 
 @njit(cache=True)
@@ -164,7 +164,7 @@ def _box_muller2_block(log_u, angle):
 
 
 @njit(cache=True, nogil=True)
-def finish2(u0, count, threads, n, log_u, angle, out):
+def finish2(u0, count, threads, log_u, angle, out):
     """curand_normal2_double, second pass: (s sinpi v, s cospi v) into ``out``."""
     for blk in range(count // BLOCK_SIZE):
         first = u0 + blk * BLOCK_SIZE
@@ -172,14 +172,14 @@ def finish2(u0, count, threads, n, log_u, angle, out):
         element = k * 2 * threads + first - k * threads
         lo = blk * BLOCK_SIZE
         _box_muller2_block(log_u[lo:lo + BLOCK_SIZE], angle[lo:lo + BLOCK_SIZE])
-        _store(out, element, n, log_u[lo:lo + BLOCK_SIZE])
-        _store(out, element + threads, n, angle[lo:lo + BLOCK_SIZE])
+        _store(out, element, log_u[lo:lo + BLOCK_SIZE])
+        _store(out, element + threads, angle[lo:lo + BLOCK_SIZE])
 
 
 _scratch = threading.local()
 
 
-def _pass(u0, count, threads, unroll, base, key0, key1, n, out):
+def _pass(u0, count, threads, unroll, base, key0, key1, out):
     """Philox calls ``u0:u0 + count`` and their values, on this thread's scratch arrays."""
     pairs = 2 if unroll == 4 else 1
     if getattr(_scratch, "log_in", None) is None or _scratch.log_in.size < count * pairs:
@@ -188,7 +188,7 @@ def _pass(u0, count, threads, unroll, base, key0, key1, n, out):
     prepare, finish = (prepare4, finish4) if unroll == 4 else (prepare2, finish2)
     prepare(u0, count, threads, base, key0, key1, log_in, angle)
     np.log(log_in, out=log_in)
-    finish(u0, count, threads, n, log_in, angle, out)
+    finish(u0, count, threads, log_in, angle, out)
 
 
 def draw(out: np.ndarray, threads: int, unroll: int, base: int, seed: int) -> None:
@@ -198,6 +198,6 @@ def draw(out: np.ndarray, threads: int, unroll: int, base: int, seed: int) -> No
     tasks = Tasks(None if units > _CHUNK_UNITS else 1)
     try:
         for u0 in range(0, units, _CHUNK_UNITS):
-            tasks.submit(_pass, u0, min(_CHUNK_UNITS, units - u0), threads, unroll, base, key0, key1, out.size, out)
+            tasks.submit(_pass, u0, min(_CHUNK_UNITS, units - u0), threads, unroll, base, key0, key1, out)
     finally:
         tasks.wait()
