@@ -14,8 +14,8 @@ fresh processes: in graph mode, first with an empty compile cache (it compiles a
 graph), then three times with the cache the first run left, and once with ``--mindspore-mode
 pynative``;
 report.json's ``seconds`` of each side. Targets: MindSpore at most 2x torch's time (per step, and
-in the cached compare run); compare_frameworks at most 10% slower than the two pipelines called
-directly.
+in the cached compare run), graph mode's images within 1e-6 relative L2 of PyNative's;
+compare_frameworks at most 10% slower than the two pipelines called directly.
 """
 from __future__ import annotations
 
@@ -42,6 +42,7 @@ COMPARE_RUNS = (
 
 TARGET_RATIO = 2.0
 TARGET_OVERHEAD = 0.10
+TARGET_GRAPH_L2 = 1e-6  # graph mode's images against PyNative's
 SECONDS_PER_TIMING = 1.0  # steps per timed call: about this long (2 to 50 steps)
 COMPARE_STEPS = {"digits": [5, 50], "cifar10-architecture": [5]}
 COMPARE_REPEATS = 5
@@ -136,6 +137,10 @@ def child(model: str, repeats: int, compare_steps: List[int], profile: bool) -> 
             methods[name](steps)
             per_step[name].append((time.perf_counter() - start) / steps)
     result["per_step"] = per_step
+    k = result["steps"]["mindspore"]  # graph mode against PyNative: the images of one call, the same seed
+    graph, pynative = (run_mindspore(k, mode)[0] for mode in ("graph", "pynative"))
+    result["graph_vs_pynative"] = {"steps": k, "identical": bool(np.array_equal(graph, pynative)),
+                                   "rel_l2": float(np.linalg.norm(graph - pynative) / np.linalg.norm(pynative))}
 
     result["compare"] = {}
     pair = Pair(torch=loaded["torch"], mindspore=loaded["mindspore"])  # compare on the pipelines loaded above
@@ -235,6 +240,8 @@ def run(repeats: int = 5) -> Section:
             "a NumPy generator, both loaded in one process by `xrand.pipelines.sides.load`, exactly as "
             "`xrand compare` runs them. Ratio: MindSpore / torch per repeat. **graph mode**: what `xrand compare` "
             "runs by default; **PyNative**: `xrand compare --mindspore-mode pynative` (MindSpore's own default). "
+            "Graph mode against PyNative: one more call of PyNative's k steps in each mode, the same seed, the "
+            "images compared. "
             "compare_frameworks: `compare_loaded(pair, Settings(model, steps=n, batch_size=1), mindspore_mode=...)` "
             "on the pipelines already loaded, against calling the two pipelines directly, "
             f"interleaved, {COMPARE_REPEATS} repeats. `xrand compare`: the command with its default settings "
@@ -270,6 +277,12 @@ def run(repeats: int = 5) -> Section:
                 r = ratios(ts, per_step["torch"])
                 section.rows.append(Row(cells + [fmt_mmm(r, 1, 1)], target=f"≤ {TARGET_RATIO:.0f}x",
                                         met=statistics.median(r) <= TARGET_RATIO))
+            accuracy = info["graph_vs_pynative"]
+            section.rows.append(Row(
+                [label, f"MindSpore, graph mode against PyNative: the images of one {accuracy['steps']}-step call, "
+                        "the same seed", "-",
+                 "identical bits" if accuracy["identical"] else f"relative L2 {accuracy['rel_l2']:.1e}"],
+                target=f"≤ {TARGET_GRAPH_L2:.0e} relative L2", met=accuracy["rel_l2"] <= TARGET_GRAPH_L2))
             loads = ", ".join(f"{k} {v:.1f} s" for k, v in info["load_s"].items())
             warm = ", ".join(f"{k} {v:.1f} s" for k, v in info["warmup_s"].items())
             section.notes.append(f"{label}: loading {loads}; first (1-step) calls {warm}; "

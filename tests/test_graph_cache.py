@@ -1,6 +1,7 @@
 """MindSpore's graph mode with xrand's keyed compile cache: the same numbers as PyNative, from a
 fresh process too, whatever the weights; a key that follows what changes a graph; graph-mode calls
-that set the sub-cells' compile phase directly (xrand.pipelines.graph_calls)."""
+that compute Linear layers as PyNative does and set the sub-cells' compile phase directly
+(xrand.pipelines.graph_calls)."""
 import json
 import os
 import shutil
@@ -78,8 +79,8 @@ def test_cached_graphs_give_pynative_numbers_in_a_fresh_process_for_other_weight
     second = sides([(b, "graph", files["b_graph"])], cache)  # a fresh process, the same config: the same folder
     assert second[files["b_graph"]]["mindspore_compile_cache"] == f"loaded {folder}"
     images = {name: np.load(path) for name, path in files.items()}
-    assert rel_l2(images["a_graph"], images["a_pynative"]) < 1e-6
-    assert rel_l2(images["b_graph"], images["b_pynative"]) < 1e-6  # b's weights, not a's from the cache
+    np.testing.assert_array_equal(images["a_graph"], images["a_pynative"])  # PyNative's bits (graph_calls)
+    np.testing.assert_array_equal(images["b_graph"], images["b_pynative"])  # b's weights, not a's from the cache
     assert rel_l2(images["a_pynative"], images["b_pynative"]) > 1e-2
 
 
@@ -177,3 +178,34 @@ def test_graph_calls_set_every_sub_cells_phase_as_mindspores_setter_does():
     assert nn.Cell.__dict__["compile_phase"] is original
     np.testing.assert_allclose(graph[1], pynative, rtol=1e-6)
     np.testing.assert_array_equal(graph[0], graph[1])
+
+
+@pytest.mark.parametrize("shape,bias", [((4, 512), True), ((1, 128), True), ((4, 512), False), ((2, 64, 256), True),
+                                        ((2, 3, 16, 32), True), ((32,), True)])
+def test_graph_mode_linear_layers_give_pynatives_bits(shape, bias):
+    from mindspore import mint
+
+    from xrand.pipelines.frameworks import mindspore_mode
+
+    rng = np.random.default_rng(len(shape))
+    net = mint.nn.Linear(shape[-1], 512, bias=bias)
+    x = ms.tensor(rng.standard_normal(shape).astype(np.float32))
+    pynative = net(x).asnumpy()
+    with mindspore_mode("graph"):
+        graph = net(x).asnumpy()
+    np.testing.assert_array_equal(graph, pynative)
+
+
+def test_without_graph_calls_a_2d_linear_layer_rounds_differently_in_graph_mode():
+    """What linear_as_in_pynative is for: MindSpore's own graph-mode Linear (MindSpore 2.10, CPU)."""
+    from mindspore import mint
+
+    net = mint.nn.Linear(512, 512)
+    x = ms.tensor(np.random.default_rng(0).standard_normal((4, 512)).astype(np.float32))
+    pynative = net(x).asnumpy()
+    ms.set_context(mode=ms.GRAPH_MODE)
+    try:
+        graph = net(x).asnumpy()
+    finally:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+    assert 1e-8 < rel_l2(graph, pynative) < 1e-6

@@ -153,6 +153,14 @@ def test_stable_diffusion_agrees_with_guidance_and_lockstep(sd_pair, tiny_sd, sc
         assert c.ran["a"]["noise_draws"] == c.ran["b"]["noise_draws"] == 2 * 4 * 16 * 16
 
 
+def test_stable_diffusion_in_graph_mode_gives_pynatives_bits(sd_pair, tiny_sd):
+    """Text encoder, UNet and VAE compiled; their Linear layers as PyNative's (xrand.pipelines.graph_calls)."""
+    settings = tiny(tiny_sd, guidance_scale=7.5, **PROMPT)
+    graph = run(sd_pair.mindspore, settings, mode="graph")
+    pynative = run(sd_pair.mindspore, settings, mode="pynative")
+    np.testing.assert_array_equal(graph.images, pynative.images)
+
+
 def test_stable_diffusion_guidance_changes_the_images(sd_pair, tiny_sd):
     guided = run(sd_pair.torch, tiny(tiny_sd, guidance_scale=7.5, **PROMPT))
     plain = run(sd_pair.torch, tiny(tiny_sd, guidance_scale=1.0, **PROMPT))

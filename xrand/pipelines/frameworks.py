@@ -39,19 +39,19 @@ def mindspore_mode(mode: str) -> Iterator[None]:
 
     ``"graph"`` compiles each Cell (the UNet) on its first call: a few seconds once (or loaded
     from :mod:`.graph_cache` around a run), then a step costs a fraction of PyNative's on a CPU
-    (benchmarks/RESULTS.md, figure 5). Its calls skip a slow per-call walk of the sub-cells
-    (:mod:`.graph_calls`).
+    (benchmarks/RESULTS.md, figure 5). On a CPU its Linear layers compute as PyNative's do, and
+    its calls skip a slow per-call walk of the sub-cells (:mod:`.graph_calls`).
     """
     import mindspore as ms
 
-    from .graph_calls import direct_phase_setter
+    from .graph_calls import graph_mode_calls
 
     wanted = {"pynative": ms.PYNATIVE_MODE, "graph": ms.GRAPH_MODE}[check_mindspore_mode(mode)]
     previous = ms.get_context("mode")
     if wanted != previous:
         ms.set_context(mode=wanted)
     try:
-        with direct_phase_setter() if mode == "graph" else contextlib.nullcontext():
+        with graph_mode_calls() if mode == "graph" else contextlib.nullcontext():
             yield
     finally:
         if ms.get_context("mode") != previous:
