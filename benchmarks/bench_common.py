@@ -93,16 +93,20 @@ def calls_for(fn: Callable[[], Any], seconds: float) -> int:
     return max(1, round(seconds / per_call))
 
 
-def interleaved(methods: Dict[str, Callable[[], Any]], repeats: int, calls: Dict[str, int]) -> Dict[str, List[float]]:
+def interleaved(methods: Dict[str, Callable[[], Any]], repeats: int, calls: Dict[str, int],
+                before: Optional[Callable[[], Any]] = None) -> Dict[str, List[float]]:
     """Seconds per call of each method. Every repeat times each method once (``calls[name]``
     calls in a row), A, B, C, ... with the starting method rotating between repeats, so that
-    machine noise falls on all methods alike.
+    machine noise falls on all methods alike. ``before``, if given, runs untimed before each
+    method's timing (to leave the machine in the same state for all).
     """
     names = list(methods)
     times: Dict[str, List[float]] = {name: [] for name in names}
     for r in range(repeats):
         for name in names[r % len(names):] + names[: r % len(names)]:
             fn, n = methods[name], calls[name]
+            if before is not None:
+                before()
             start = time.perf_counter()
             for _ in range(n):
                 fn()

@@ -8,14 +8,18 @@
 - pcg64 stream through xrand.randn_tensor on the torch backend against NumPy's
   standard_normal turned into a torch tensor (float64 as drawn, and float32 as cast).
 - torch-cuda stream (no GPU needed): values per second of the NumPy and numba engines.
+- Memory: from 1M values on, each timing starts with an output-sized buffer touched and freed
+  (untimed); 64M values once more with "cold memory", each timing after that and a 3 s pause.
 
 Targets: numpy and numba engines at most 1.5x torch's time per value, numba-parallel 0.7x from
 1M values on (1.5x below), native 1.05x, pcg64 1.05x; torch-cuda numba at least 10x NumPy's rate.
 """
 from __future__ import annotations
 
+import glob
 import statistics
-from typing import Callable, Dict
+import time
+from typing import Callable, Dict, List
 
 from bench_common import Row, Section, figure_main, fmt_mmm, interleaved, profile_top, ratios
 
@@ -33,6 +37,9 @@ BASELINE = {"engine=numpy": "torch.randn", "engine=numba": "torch.randn", "engin
             "pcg64 float64": "numpy float64 + torch.from_numpy",
             "pcg64 float32": "numpy float64 + torch.from_numpy + .float()"}
 CUDA_NUMPY, CUDA_NUMBA = "torch-cuda, engine=numpy", "torch-cuda, engine=numba"
+WARM_FROM = 1_048_576  # from this size on, every timing starts with an output-sized buffer touched and freed
+COLD_SIZE, COLD_REPEATS, COLD_PAUSE_S = 67_108_864, 3, 3.0
+COLD_METHODS = ("torch.randn", "engine=numba-parallel", "engine=numba")
 CUDA_TARGET = 10.0  # numba engine's values/s over the NumPy engine's
 
 
@@ -106,6 +113,92 @@ def parallel_breakdown(n: int = 2**20, repeats: int = 9) -> str:
             "has no core to run on and the engine runs at about one thread's speed, plus handing out tasks.")
 
 
+def memory_in_hand(n: int) -> Callable[[], None]:
+    """Touch and free n float32 values: the next allocation gets memory the machine holds now."""
+    import numpy as np
+
+    def touch() -> None:
+        np.ones(n, np.float32)
+
+    return touch
+
+
+def cold_memory(n: int) -> Callable[[], None]:
+    """Touch and free n float32 values, then pause: what the machine does with freed memory meanwhile."""
+    warm = memory_in_hand(n)
+
+    def pause() -> None:
+        warm()
+        time.sleep(COLD_PAUSE_S)
+
+    return pause
+
+
+def free_page_reporting() -> str:
+    """Whether a virtio balloon reports the guest's free pages to the host (feature bit 5), as words."""
+    features = glob.glob("/sys/bus/virtio/drivers/virtio_balloon/virtio*/features")
+    if not features:
+        return "no virtio balloon"
+    with open(features[0]) as f:
+        bits = f.read().strip()
+    return "free page reporting on" if len(bits) > 5 and bits[5] == "1" else "a virtio balloon without free page reporting"
+
+
+def first_touch_breakdown(n: int = COLD_SIZE, repeats: int = 3) -> str:
+    """What writing a fresh n-value float32 output costs, warm and cold: NumPy's (2 MiB pages) and torch's."""
+    import numpy as np
+    import torch
+
+    fill = {"NumPy": lambda: np.empty(n, np.float32).fill(1), "torch": lambda: torch.empty(n).fill_(1)}
+    warm = interleaved(fill, repeats, {k: 1 for k in fill}, before=memory_in_hand(n))
+    cold = interleaved(fill, repeats, {k: 1 for k in fill}, before=cold_memory(n))
+    with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+        thp = f.read().strip()
+    ns = {k: (statistics.median(warm[k]) / n * 1e9, statistics.median(cold[k]) / n * 1e9) for k in fill}
+    parts = [f"{k} {w:.2f} warm, {c:.2f} cold" for k, (w, c) in ns.items()]
+    return (f"Why the cold rows differ: this machine is a virtual machine ({free_page_reporting()}): memory freed "
+            f"{COLD_PAUSE_S:.0f} s ago has been handed back to the host, and touching it again costs more. NumPy "
+            f"asks for transparent huge pages for arrays of 4 MiB and more (madvise "
+            f"{'on' if np.core.multiarray._get_madvise_hugepage() else 'off'}; the kernel's setting: {thp}), "
+            f"torch's allocator does not. Filling a fresh output of {n:,} float32 values, ns per value "
+            f"(medians of {repeats}): {'; '.join(parts)}. The numba engines write into NumPy's array, so they pay "
+            "NumPy's cold cost; torch.randn pays torch's, warm or cold. They keep NumPy's allocation: with memory at "
+            "hand (draws in a loop, or a machine that keeps its freed memory) huge pages are the cheaper ones "
+            f"({ns['NumPy'][0]:.2f} against {ns['torch'][0]:.2f} ns a value).")
+
+
+def add_rows(section: Section, misses: Dict[str, int], n: int, per_value: Dict[str, List[float]],
+             suffix: str = "") -> None:
+    """The rows of one size: ns per value, and each method against its baseline; misses noted as name: n."""
+    for name, ts in per_value.items():
+        base = BASELINE.get(name)
+        if name.startswith("torch-cuda"):
+            rate = [1 / t for t in ts]
+            if name == CUDA_NUMBA and CUDA_NUMPY in per_value:
+                speedup = ratios(per_value[CUDA_NUMPY], ts)
+                met = statistics.median(speedup) >= CUDA_TARGET
+                section.rows.append(Row([name + suffix, f"{n:,}", fmt_mmm(ts, 1e9), CUDA_NUMPY,
+                                         f"{statistics.median(rate) / 1e6:.1f} M values/s; "
+                                         f"{fmt_mmm(speedup, 1, 1)} x its rate"],
+                                        target=f"≥ {CUDA_TARGET:.0f}x", met=met))
+                if not met:
+                    misses.setdefault(name + suffix, n)
+            else:
+                section.rows.append(Row([name + suffix, f"{n:,}", fmt_mmm(ts, 1e9), "-",
+                                         f"{statistics.median(rate) / 1e6:.1f} M values/s"]))
+            continue
+        if base is None or base not in per_value:
+            section.rows.append(Row([name + suffix, f"{n:,}", fmt_mmm(ts, 1e9), "(baseline)", "-"]))
+            continue
+        r = ratios(ts, per_value[base])
+        target = SMALL_TARGET.get(name, TARGETS[name]) if n < 1_000_000 else TARGETS[name]
+        met = statistics.median(r) <= target
+        section.rows.append(Row([name + suffix, f"{n:,}", fmt_mmm(ts, 1e9), base, fmt_mmm(r, 1, 2)],
+                                target=f"≤ {target}x", met=met))
+        if not met:
+            misses.setdefault(name + suffix, n)
+
+
 def run(repeats: int = 21) -> Section:
     cpu, source = torch_cpu_methods()
     methods = dict(cpu)
@@ -124,7 +217,10 @@ def run(repeats: int = 21) -> Section:
             "their baseline is what a torch user writes to get mindone's noise. 16M and 64M values: "
             f"{SIZES[16_777_216]} and {SIZES[67_108_864]} repeats, the compiled torch-cpu engines and torch only. "
             "torch-cuda: the stream's two engines on this CPU (no GPU), as throughput; the numba row's ratio is "
-            "its speed-up over the NumPy engine per repeat."
+            "its speed-up over the NumPy engine per repeat. From 1M values on, each timing starts (untimed) by "
+            "touching and freeing an output-sized buffer, so that every method gets memory the machine holds at "
+            f"that moment. Cold memory: {COLD_SIZE:,} values, {COLD_REPEATS} repeats, each timing after that "
+            f"buffer and a {COLD_PAUSE_S:.0f} s pause."
         ),
         columns=["method", "values a call", "ns per value (min / med / max)", "baseline", "ratio (min / med / max)"],
     )
@@ -133,35 +229,13 @@ def run(repeats: int = 21) -> Section:
         calls = max(1, VALUES_PER_TIMING // n)
         names = [name for name in methods if n in ALL_METHODS_AT or name in LARGE_ONLY]
         callables = {name: (lambda fn=methods[name], n=n: fn(n)) for name in names}
-        times = interleaved(callables, size_repeats or repeats, {name: calls for name in callables})
-        per_value = {name: [t / n for t in ts] for name, ts in times.items()}
-        for name, ts in per_value.items():
-            base = BASELINE.get(name)
-            if name.startswith("torch-cuda"):
-                rate = [1 / t for t in ts]
-                if name == CUDA_NUMBA and CUDA_NUMPY in per_value:
-                    speedup = ratios(per_value[CUDA_NUMPY], ts)
-                    met = statistics.median(speedup) >= CUDA_TARGET
-                    section.rows.append(Row([name, f"{n:,}", fmt_mmm(ts, 1e9), CUDA_NUMPY,
-                                             f"{statistics.median(rate) / 1e6:.1f} M values/s; "
-                                             f"{fmt_mmm(speedup, 1, 1)} x its rate"],
-                                            target=f"≥ {CUDA_TARGET:.0f}x", met=met))
-                    if not met:
-                        misses.setdefault(name, n)
-                else:
-                    section.rows.append(Row([name, f"{n:,}", fmt_mmm(ts, 1e9), "-",
-                                             f"{statistics.median(rate) / 1e6:.1f} M values/s"]))
-                continue
-            if base is None or base not in per_value:
-                section.rows.append(Row([name, f"{n:,}", fmt_mmm(ts, 1e9), "(baseline)", "-"]))
-                continue
-            r = ratios(ts, per_value[base])
-            target = SMALL_TARGET.get(name, TARGETS[name]) if n < 1_000_000 else TARGETS[name]
-            met = statistics.median(r) <= target
-            section.rows.append(Row([name, f"{n:,}", fmt_mmm(ts, 1e9), base, fmt_mmm(r, 1, 2)],
-                                    target=f"≤ {target}x", met=met))
-            if not met:
-                misses.setdefault(name, n)
+        times = interleaved(callables, size_repeats or repeats, {name: calls for name in callables},
+                            before=memory_in_hand(n) if n >= WARM_FROM else None)
+        add_rows(section, misses, n, {name: [t / n for t in ts] for name, ts in times.items()})
+    cold = {name: (lambda fn=methods[name]: fn(COLD_SIZE)) for name in COLD_METHODS}
+    times = interleaved(cold, COLD_REPEATS, {name: 1 for name in cold}, before=cold_memory(COLD_SIZE))
+    add_rows(section, misses, COLD_SIZE, {name: [t / COLD_SIZE for t in ts] for name, ts in times.items()},
+             suffix=" (cold memory)")
     if "engine=numpy" in misses:
         section.notes.append(
             "engine=numpy evaluates torch's AVX2 kernel (Cephes log and sin/cos polynomials with fused "
@@ -172,7 +246,11 @@ def run(repeats: int = 21) -> Section:
             "is installed.")
     if "engine=numba-parallel" in misses:
         section.notes.append(parallel_breakdown())
+    if any(name.endswith(" (cold memory)") for name in misses):
+        section.notes.append(first_touch_breakdown())
     for name, n in misses.items():
+        if name not in methods:
+            continue  # a cold-memory row: the breakdown above
         fn = methods[name]
         section.notes.append(f"Where `{name}` spends its time drawing {n:,} values (cProfile, own time):\n\n"
                              + profile_top(lambda: fn(n), calls=max(1, VALUES_PER_TIMING // n), limit=10))
