@@ -180,7 +180,8 @@ def test_graph_calls_set_every_sub_cells_phase_as_mindspores_setter_does():
     np.testing.assert_array_equal(graph[0], graph[1])
 
 
-@pytest.mark.parametrize("shape,bias", [((4, 512), True), ((1, 128), True), ((4, 512), False), ((2, 64, 256), True),
+@pytest.mark.parametrize("shape,bias", [((4, 512), True), ((1, 128), True), ((4, 512), False), ((2, 2, 512), True),
+                                        ((2, 5, 512), True), ((2, 2, 2, 512), False), ((2, 128, 256), True),
                                         ((2, 3, 16, 32), True), ((32,), True)])
 def test_graph_mode_linear_layers_give_pynatives_bits(shape, bias):
     from mindspore import mint

@@ -1,12 +1,13 @@
 """MindSpore graph-mode calls: PyNative's numbers, without a per-call walk of the sub-cells.
 
 PyNative's numbers: on a CPU, graph mode runs ``mindspore.nn.Linear`` (``mint.nn.Linear``) as a
-MatMul with a transposed second input plus a BiasAdd, while PyNative's Dense kernel multiplies
-by the transposed weight, as ``ops.matmul(x, weight.T)`` does. For a 2-D input (every UNet's
-time embedding) the two round differently: 1.6e-7 to 2.1e-7 relative L2 for one layer, 1.5e-7
-for a whole digits UNet call, 1.3e-6 for the random-weight cifar10-architecture UNet (MindSpore
-2.10). Inside :func:`linear_as_in_pynative` Linear's construct is that matmul plus the bias, and
-graph mode gives PyNative's bits for both UNets (tests/test_graph_cache.py).
+MatMul with a transposed second input plus a BiasAdd, while PyNative's Dense kernel computes as
+``ops.matmul(x.reshape(-1, in_features), weight.T)`` does. For inputs of few rows (up to 8 here;
+every UNet's time embedding) the two round differently: 1.6e-7 to 2.6e-7 relative L2 for one
+layer, 1.5e-7 for a whole digits UNet call, 1.3e-6 for the random-weight cifar10-architecture
+UNet (MindSpore 2.10). Inside :func:`linear_as_in_pynative` Linear's construct is that matmul
+plus the bias, and graph mode gives PyNative's bits (tests/test_graph_cache.py: Linear layers
+of 2 to 4 dimensions and 1 to 256 rows, a UNet; tests/test_recipes.py: Stable Diffusion).
 
 No per-call walk: in graph mode every call of a Cell (the UNet, once per step) goes through
 MindSpore's compile, which finds the graph already compiled but first sets ``compile_phase`` on
@@ -52,10 +53,10 @@ def direct_phase_setter() -> Iterator[None]:
 
 def _linear_construct(self, x):
     """``nn.Linear.construct`` as PyNative's Dense kernel computes it (see the module)."""
-    out = ops.matmul(x, self.weight.T)
+    out = ops.matmul(x.reshape(-1, x.shape[-1]), self.weight.T)
     if self.has_bias:
         out = out + self.bias
-    return out
+    return out.reshape(x.shape[:-1] + (self.weight.shape[0],))
 
 
 @contextlib.contextmanager
