@@ -1,6 +1,7 @@
 """The DDIM comparison end to end on a tiny model: patching, both pipelines, report, side files."""
 import json
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -76,6 +77,32 @@ def test_patched_context_and_native_generators_unchanged():
         from_xrand = torch_utils.randn_tensor((2, 3), generator=xrand.Generator(4))
     assert torch.equal(got, expected) and torch.equal(from_xrand, expected)
     assert not xrand.is_patched()
+
+
+def test_patched_with_libraries_patches_those_and_puts_back_only_its_own():
+    from diffusers.utils import torch_utils
+    from mindone.diffusers.utils import mindspore_utils
+
+    originals = torch_utils.randn_tensor, mindspore_utils.randn_tensor
+    with xrand.patched("mindone.diffusers"):
+        assert torch_utils.randn_tensor is originals[0] and mindspore_utils.randn_tensor is not originals[1]
+        with xrand.patched():  # adds diffusers, leaves mindone's patch to the outer block
+            assert torch_utils.randn_tensor is not originals[0]
+        assert torch_utils.randn_tensor is originals[0] and mindspore_utils.randn_tensor is not originals[1]
+    assert (torch_utils.randn_tensor, mindspore_utils.randn_tensor) == originals and not xrand.is_patched()
+    with pytest.raises(xrand.UsageError, match="unknown library to patch 'torch'; accepted: diffusers, mindone.diffusers"):
+        xrand.patch(["torch"])
+
+
+def test_a_mindspore_side_does_not_import_diffusers(tiny_model):
+    """Its run times MindSpore's pipeline only (diffusers' import took 0.3-0.6 s of it)."""
+    code = ("import sys, json; from xrand.pipelines.settings import Settings; "
+            "from xrand.pipelines.sides import load, run; "
+            f"s = Settings(model={tiny_model!r}, steps=1, batch_size=1); "
+            "run(load('mindspore', s, quiet=True), s, 'pynative'); print(json.dumps('diffusers' in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "false"
 
 
 def test_mindone_native_numpy_generator_unchanged_when_patched():

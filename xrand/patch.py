@@ -13,11 +13,13 @@ import contextlib
 import functools
 import sys
 import threading
-from typing import Any, Callable, Dict, Iterator, List, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
+from .checks import check_choice
 from .generator import Generator
 from .registry import use_backend
 
+LIBRARIES = ("diffusers", "mindone.diffusers")
 # (defining module, function name, its parameters in order, backend, library package prefix)
 TARGETS = (
     ("diffusers.utils.torch_utils", "randn_tensor", ("shape", "generator", "device", "dtype", "layout"),
@@ -72,15 +74,27 @@ def _replace_everywhere(replacements: List[Tuple[str, str, Callable, Callable]])
                 setattr(module, name, new)
 
 
-def patch() -> None:
-    """Patch every installed library in TARGETS (importing them); calling it twice is harmless."""
+def _check_libraries(libraries: Optional[Iterable[str]]) -> Optional[frozenset]:
+    if libraries is None:
+        return None
+    libraries = frozenset([libraries] if isinstance(libraries, str) else libraries)
+    for library in libraries:
+        check_choice(library, LIBRARIES, "library to patch")
+    return libraries
+
+
+def patch(libraries: Optional[Iterable[str]] = None) -> List[Tuple[str, str]]:
+    """Patch the installed libraries of TARGETS (importing them): all, or those named in
+    ``libraries`` (``"diffusers"``, ``"mindone.diffusers"``). Calling it twice is harmless;
+    returns the (module, function) pairs patched now."""
     import importlib
     import importlib.util
 
+    libraries = _check_libraries(libraries)
     with _lock:
-        replacements = []
+        replacements, done = [], []
         for module_name, name, params, backend_name, prefix in TARGETS:
-            if (module_name, name) in _originals:
+            if (module_name, name) in _originals or (libraries is not None and prefix not in libraries):
                 continue
             top = module_name.split(".")[0]
             if importlib.util.find_spec(top) is None:
@@ -91,16 +105,21 @@ def patch() -> None:
                 continue  # e.g. mindone installed without a working MindSpore
             original = getattr(module, name)
             _originals[(module_name, name)] = original
+            done.append((module_name, name))
             replacements.append((prefix, name, original, _wrap(original, params, backend_name)))
         if replacements:
             _replace_everywhere(replacements)
+        return done
 
 
-def unpatch() -> None:
-    """Put every original function back, also in modules imported while patched."""
+def unpatch(targets: Optional[Iterable[Tuple[str, str]]] = None) -> None:
+    """Put the original functions back (all, or those of the (module, function) pairs
+    ``targets``), also in modules imported while patched."""
     with _lock:
         replacements = []
         for (module_name, name), original in list(_originals.items()):
+            if targets is not None and (module_name, name) not in targets:
+                continue
             prefix = next(p for m, n, _, _, p in TARGETS if (m, n) == (module_name, name))
             current = getattr(sys.modules[module_name], name)
             if getattr(current, "__xrand_original__", None) is original:
@@ -115,12 +134,11 @@ def is_patched() -> bool:
 
 
 @contextlib.contextmanager
-def patched() -> Iterator[None]:
-    """``with xrand.patched():`` pipelines accept xrand generators inside the block."""
-    was = is_patched()
-    patch()
+def patched(libraries: Optional[Iterable[str]] = None) -> Iterator[None]:
+    """``with xrand.patched():`` pipelines accept xrand generators inside the block (those of
+    ``libraries`` only, when given, as :func:`patch`); what was patched before stays patched."""
+    done = patch(libraries)
     try:
         yield
     finally:
-        if not was:
-            unpatch()
+        unpatch(done)

@@ -172,7 +172,7 @@ def lockstep_side(loaded: Loaded, settings: Settings, inputs: List[np.ndarray], 
     generator = CountingGenerator(settings.seed, stream=settings.stream)
     generator.normal(inputs[0].shape, settings.dtype)
     rows = []
-    with patched(), loaded.context(mode):
+    with patched(fw.library), loaded.context(mode):
         scheduler = pipe.scheduler
         use_xrand_brownian(scheduler, generator, fw.name)
         scheduler.set_timesteps(settings.steps)

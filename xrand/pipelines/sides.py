@@ -325,7 +325,7 @@ def run(loaded: Loaded, settings: Settings, mode: str = DEFAULT_MINDSPORE_MODE,
     library_pipeline = recipe.runs_library_pipeline(loaded.scheduler_class)
     start = time.perf_counter()
     try:
-        with patched(), loaded.context(mode), loaded.compile_cache(settings, mode) as cache:
+        with patched(fw.library), loaded.context(mode), loaded.compile_cache(settings, mode) as cache:
             if library_pipeline:
                 images = pipe(**recipe.call_arguments(settings, generator), return_dict=False)[0]
             else:
