@@ -134,14 +134,14 @@ def cold_memory(n: int) -> Callable[[], None]:
     return pause
 
 
-def free_page_reporting() -> str:
-    """Whether a virtio balloon reports the guest's free pages to the host (feature bit 5), as words."""
-    features = glob.glob("/sys/bus/virtio/drivers/virtio_balloon/virtio*/features")
-    if not features:
-        return "no virtio balloon"
-    with open(features[0]) as f:
-        bits = f.read().strip()
-    return "free page reporting on" if len(bits) > 5 and bits[5] == "1" else "a virtio balloon without free page reporting"
+def free_page_reporting() -> bool:
+    """Whether a virtio balloon reports this guest's free pages to its host (feature bit 5)."""
+    for path in glob.glob("/sys/bus/virtio/drivers/virtio_balloon/virtio*/features"):
+        with open(path) as f:
+            bits = f.read().strip()
+        if len(bits) > 5 and bits[5] == "1":
+            return True
+    return False
 
 
 def first_touch_breakdown(n: int = COLD_SIZE, repeats: int = 3) -> str:
@@ -156,8 +156,10 @@ def first_touch_breakdown(n: int = COLD_SIZE, repeats: int = 3) -> str:
         thp = f.read().strip()
     ns = {k: (statistics.median(warm[k]) / n * 1e9, statistics.median(cold[k]) / n * 1e9) for k in fill}
     parts = [f"{k} {w:.2f} warm, {c:.2f} cold" for k, (w, c) in ns.items()]
-    return (f"Why the cold rows differ: this machine is a virtual machine ({free_page_reporting()}): memory freed "
-            f"{COLD_PAUSE_S:.0f} s ago has been handed back to the host, and touching it again costs more. NumPy "
+    where = ("this machine is a virtual machine whose balloon reports free pages to the host: memory freed "
+             f"{COLD_PAUSE_S:.0f} s ago has been handed back, and touching it again costs more"
+             if free_page_reporting() else "no virtio balloon reports free pages here")
+    return (f"Why the cold rows differ: {where}. NumPy "
             f"asks for transparent huge pages for arrays of 4 MiB and more (madvise "
             f"{'on' if np.core.multiarray._get_madvise_hugepage() else 'off'}; the kernel's setting: {thp}), "
             f"torch's allocator does not. Filling a fresh output of {n:,} float32 values, ns per value "

@@ -90,7 +90,8 @@ def test_patched_with_libraries_patches_those_and_puts_back_only_its_own():
             assert torch_utils.randn_tensor is not originals[0]
         assert torch_utils.randn_tensor is originals[0] and mindspore_utils.randn_tensor is not originals[1]
     assert (torch_utils.randn_tensor, mindspore_utils.randn_tensor) == originals and not xrand.is_patched()
-    with pytest.raises(xrand.UsageError, match="unknown library to patch 'torch'; accepted: diffusers, mindone.diffusers"):
+    with pytest.raises(xrand.UsageError,
+                       match="unknown library to patch 'torch'; accepted: diffusers, mindone.diffusers"):
         xrand.patch(["torch"])
 
 

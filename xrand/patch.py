@@ -13,6 +13,7 @@ import contextlib
 import functools
 import sys
 import threading
+from collections import abc
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from .checks import check_choice
@@ -77,10 +78,8 @@ def _replace_everywhere(replacements: List[Tuple[str, str, Callable, Callable]])
 def _check_libraries(libraries: Optional[Iterable[str]]) -> Optional[frozenset]:
     if libraries is None:
         return None
-    libraries = frozenset([libraries] if isinstance(libraries, str) else libraries)
-    for library in libraries:
-        check_choice(library, LIBRARIES, "library to patch")
-    return libraries
+    names = [libraries] if isinstance(libraries, str) or not isinstance(libraries, abc.Iterable) else libraries
+    return frozenset(check_choice(name, LIBRARIES, "library to patch") for name in names)
 
 
 def patch(libraries: Optional[Iterable[str]] = None) -> List[Tuple[str, str]]:
