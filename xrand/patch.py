@@ -71,7 +71,8 @@ def _replace_everywhere(replacements: List[Tuple[str, str, Callable, Callable]])
         for prefix, name, old, new in replacements:
             if module_name != prefix and not module_name.startswith(prefix + "."):
                 continue
-            if getattr(module, name, None) is old:
+            # the module's own names only: getattr would run lazy modules' __getattr__ (most of the time)
+            if getattr(module, "__dict__", {}).get(name) is old:
                 setattr(module, name, new)
 
 

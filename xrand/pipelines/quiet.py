@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sys
 import warnings
@@ -43,5 +44,6 @@ def silenced() -> Iterator[None]:
             os.close(fd)
     for name in ("diffusers.utils.logging", "mindone.diffusers.utils.logging", "transformers.utils.logging"):
         module = sys.modules.get(name)
-        if module is not None:
+        # only when it changes: setting a level clears the cache of every logger (1-2 ms each time)
+        if module is not None and module.get_verbosity() < logging.ERROR:
             module.set_verbosity_error()
