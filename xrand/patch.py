@@ -20,7 +20,6 @@ from .checks import check_choice
 from .generator import Generator
 from .registry import use_backend
 
-LIBRARIES = ("diffusers", "mindone.diffusers")
 # (defining module, function name, its parameters in order, backend, library package prefix)
 TARGETS = (
     ("diffusers.utils.torch_utils", "randn_tensor", ("shape", "generator", "device", "dtype", "layout"),
@@ -30,6 +29,7 @@ TARGETS = (
     ("mindone.diffusers.utils.mindspore_utils", "randn", ("size", "generator", "dtype"),
      "mindspore", "mindone.diffusers"),
 )
+LIBRARIES = tuple(dict.fromkeys(prefix for *_, prefix in TARGETS))  # "diffusers", "mindone.diffusers"
 
 _lock = threading.Lock()
 _originals: Dict[Tuple[str, str], Callable] = {}
@@ -71,7 +71,7 @@ def _replace_everywhere(replacements: List[Tuple[str, str, Callable, Callable]])
         for prefix, name, old, new in replacements:
             if module_name != prefix and not module_name.startswith(prefix + "."):
                 continue
-            # the module's own names only: getattr would run lazy modules' __getattr__ (most of the time)
+            # the module's own names: getattr would also run lazy modules' __getattr__ (slow)
             if getattr(module, "__dict__", {}).get(name) is old:
                 setattr(module, name, new)
 

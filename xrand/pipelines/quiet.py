@@ -44,6 +44,6 @@ def silenced() -> Iterator[None]:
             os.close(fd)
     for name in ("diffusers.utils.logging", "mindone.diffusers.utils.logging", "transformers.utils.logging"):
         module = sys.modules.get(name)
-        # only when it changes: setting a level clears the cache of every logger (1-2 ms each time)
+        # only when it changes: each change clears the cache of every logger
         if module is not None and module.get_verbosity() < logging.ERROR:
             module.set_verbosity_error()
