@@ -144,7 +144,7 @@ def free_page_reporting() -> bool:
     return False
 
 
-def first_touch_breakdown(n: int = COLD_SIZE, repeats: int = 3) -> str:
+def first_touch_breakdown(n: int = COLD_SIZE, repeats: int = COLD_REPEATS) -> str:
     """What writing a fresh n-value float32 output costs, warm and cold: NumPy's (2 MiB pages) and torch's."""
     import numpy as np
     import torch

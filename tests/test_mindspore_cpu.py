@@ -195,7 +195,7 @@ def test_graph_mode_compiles_the_fallbacks_and_restores_the_mode():
 
 
 def test_the_conv_fallback_gives_the_same_bits_in_graph_mode_as_in_pynative():
-    """Graph mode's difference from PyNative is MindSpore's own (README), not the fallback's."""
+    """One of the pieces that let graph mode give PyNative's bits (README; graph_calls for Linear)."""
     x, w, b = ms.tensor(_rand(2, 8, 6, 6)), ms.tensor(_rand(4, 8, 3, 3, seed=1)), ms.tensor(_rand(4, seed=2))
 
     class Conv(ms.nn.Cell):
