@@ -99,6 +99,7 @@ def child(model: str, repeats: int, compare_steps: List[int], profile: bool) -> 
 
     from xrand.pipelines.compare import Pair, compare_loaded
     from xrand.pipelines.frameworks import mindspore_mode
+    from xrand.pipelines.mindspore_cpu import onednn_isa
     from xrand.pipelines.settings import Settings
     from xrand.pipelines.sides import load
 
@@ -108,6 +109,7 @@ def child(model: str, repeats: int, compare_steps: List[int], profile: bool) -> 
         start = time.perf_counter()
         loaded[name] = load(name, Settings(model=model, batch_size=1), quiet=True)
         result["load_s"][name] = time.perf_counter() - start
+    result["onednn_isa"] = onednn_isa()
     torch_pipe, ms_pipe = loaded["torch"].pipe, loaded["mindspore"].pipe
 
     def run_torch(k):
@@ -286,7 +288,8 @@ def run(repeats: int = 5) -> Section:
             loads = ", ".join(f"{k} {v:.1f} s" for k, v in info["load_s"].items())
             warm = ", ".join(f"{k} {v:.1f} s" for k, v in info["warmup_s"].items())
             section.notes.append(f"{label}: loading {loads}; first (1-step) calls {warm}; "
-                                 f"torch threads {info['torch_threads']}.")
+                                 f"torch threads {info['torch_threads']}; MindSpore's oneDNN at "
+                                 f"{info['onednn_isa']} (xrand.pipelines.mindspore_cpu.cap_onednn_isa).")
             for name, (k, text) in info.get("mindspore_profile", {}).items():
                 section.notes.append(f"Where a {k}-step {what[name]} call's time goes ({label}; cProfile, own time, "
                                      "then the pipeline's parts by cumulative time):\n\n" + text)
@@ -331,9 +334,9 @@ def run(repeats: int = 5) -> Section:
                 "MindSpore in PyNative mode misses the 2x target by far; graph mode runs much closer to torch "
                 "(the rows above). In PyNative every "
                 "operator is dispatched from Python one at a time (`run_op_async`, one call per operator; the "
-                "digits UNet has over 100 per step), and each convolution runs as im2col plus a batched matmul "
-                "(the CPU fallback; `pyboost_batch_mat_mul` in the profiles below) with the unfold, reshape and "
-                "bias operators around it; graph mode compiles the UNet into one graph, dispatched once per step. "
+                "digits UNet has over 100 per step), each costing tens of microseconds of Python and dispatch "
+                "(`run_op_async` and the `pyboost_*` calls in the profiles below); graph mode compiles the UNet "
+                "into one graph, dispatched once per step. "
                 "That is why `xrand compare` runs graph mode by default, its compiled graph kept between "
                 "processes (xrand.pipelines.graph_cache), and PyNative on request.")
         for label, mode, n, times in compare_rows:

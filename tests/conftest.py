@@ -1,3 +1,4 @@
+import importlib.util
 import os
 import subprocess
 import sys
@@ -5,6 +6,16 @@ import sys
 import pytest
 
 import xrand.registry
+
+
+def pytest_sessionstart(session):
+    """MindSpore's CPU runtime set up as xrand's MindSpore side sets it up in a new process, before
+    any test runs a kernel (synchronous launch, oneDNN at AVX2: the conv fallback users get), so
+    no test depends on which test ran first."""
+    if importlib.util.find_spec("mindspore") is not None:
+        from xrand.pipelines.mindspore_cpu import tune_cpu_runtime
+
+        tune_cpu_runtime()
 
 
 @pytest.fixture(autouse=True)

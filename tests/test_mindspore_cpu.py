@@ -127,8 +127,14 @@ def test_conv2d_matches_torch(fallbacks, stride, padding, dilation, groups, bias
     np.testing.assert_allclose(out.asnumpy(), ref.numpy(), rtol=1e-5, atol=1e-5)
 
 
+@pytest.fixture(params=[True, False], ids=["conv2d-by-onednn", "conv2d-by-im2col"])
+def conv_route(request, monkeypatch):
+    """Each conv fallback route: MindSpore's Conv2D (oneDNN at AVX2) or im2col and a matmul."""
+    monkeypatch.setattr(mindspore_cpu, "_conv2d_by_onednn", request.param)
+
+
 @pytest.mark.parametrize("padding_mode", ["zeros", "reflect"])
-def test_conv2d_layer_matches_torch(fallbacks, padding_mode):
+def test_conv2d_layer_matches_torch(fallbacks, conv_route, padding_mode):
     layer = mint.nn.Conv2d(3, 5, 3, stride=2, padding=1, padding_mode=padding_mode)
     ref = torch.nn.Conv2d(3, 5, 3, stride=2, padding=1, padding_mode=padding_mode)
     with torch.no_grad():
@@ -194,13 +200,14 @@ def test_graph_mode_compiles_the_fallbacks_and_restores_the_mode():
     assert np.linalg.norm(out - expected) / np.linalg.norm(expected) < 1e-5
 
 
-def test_the_conv_fallback_gives_the_same_bits_in_graph_mode_as_in_pynative():
+@pytest.mark.parametrize("stride,padding", [(1, 1), (2, 1), (1, 0)])
+def test_the_conv_fallback_gives_the_same_bits_in_graph_mode_as_in_pynative(conv_route, stride, padding):
     """One of the pieces that let graph mode give PyNative's bits (README; graph_calls for Linear)."""
     x, w, b = ms.tensor(_rand(2, 8, 6, 6)), ms.tensor(_rand(4, 8, 3, 3, seed=1)), ms.tensor(_rand(4, seed=2))
 
     class Conv(ms.nn.Cell):
         def construct(self, x, w, b):
-            return MF.conv2d(x, w, b, 1, 1)
+            return MF.conv2d(x, w, b, stride, padding)
 
     with mindspore_cpu.cpu_fallbacks():
         pynative = Conv()(x, w, b).asnumpy()
@@ -209,11 +216,39 @@ def test_the_conv_fallback_gives_the_same_bits_in_graph_mode_as_in_pynative():
     np.testing.assert_array_equal(graph, pynative)
 
 
-def test_tune_cpu_runtime_does_nothing_off_the_cpu(monkeypatch):
-    real = ms.get_context
-    monkeypatch.setattr(ms, "get_context", lambda key: "GPU" if key == "device_target" else real(key))
-    monkeypatch.setattr(ms.runtime, "launch_blocking", lambda: pytest.fail("touched the runtime"))
-    assert mindspore_cpu.tune_cpu_runtime() is False
+_ONEDNN = ("import numpy as np, mindspore as ms\nfrom mindspore import ops\n"
+           "from xrand.pipelines import mindspore_cpu\nlibrary = mindspore_cpu._mindspore_onednn()\n")
+_TUNED = ("mindspore_cpu.tune_cpu_runtime()\n"
+          "print(mindspore_cpu.onednn_isa(), mindspore_cpu._conv2d_by_onednn, library.dnnl_get_effective_cpu_isa())")
+_RUN_A_CONV = "ops.conv2d(ms.tensor(np.ones((1, 1, 3, 3), np.float32)), ms.tensor(np.ones((1, 1, 1, 1), np.float32)))\n"
+needs_onednn = pytest.mark.skipif(mindspore_cpu._mindspore_onednn() is None,
+                                  reason="MindSpore has no oneDNN of its own here")
+
+
+def _new_process(code, **env):
+    """The words ``code`` prints last, run in a fresh process after the imports (no ONEDNN_MAX_CPU_ISA unless given)."""
+    from conftest import run_python
+
+    result = run_python(_ONEDNN + code, env={"ONEDNN_MAX_CPU_ISA": "", "DNNL_MAX_CPU_ISA": "", **env})
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout.splitlines()[-1].split()
+
+
+@needs_onednn
+def test_tune_cpu_runtime_caps_mindspores_onednn_at_avx2_and_convs_go_to_onednn():
+    assert _new_process(_TUNED) == ["AVX2", "True", str(0x7)]
+
+
+@needs_onednn
+def test_tune_cpu_runtime_keeps_the_users_onednn_cap():
+    assert _new_process(_TUNED, ONEDNN_MAX_CPU_ISA="AVX") == ["AVX", "True", str(0x3)]
+
+
+@needs_onednn
+def test_once_onednn_has_run_its_instruction_set_stays_and_picks_the_conv():
+    machine = int(_new_process("print(library.dnnl_get_effective_cpu_isa())")[0])
+    expected = [mindspore_cpu._ISA_NAMES.get(machine, hex(machine)), str(machine | 0x7 == 0x7), str(machine)]
+    assert _new_process(_RUN_A_CONV + _TUNED) == expected
 
 
 # ---------------------------------------------------------------- scheduler and Stable Diffusion operators

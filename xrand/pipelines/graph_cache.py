@@ -12,6 +12,7 @@ seconds per model. MindSpore can save the compiled graphs and load them in a lat
 
 So xrand keys the folder itself (:func:`cache_key`: the versions of xrand, MindSpore, mindone and
 Python, a digest of xrand's own source, which holds the CPU fallbacks compiled into the graph,
+the instruction set MindSpore's oneDNN runs, which picks the conv fallback,
 the model folder's configs and tokenizer files, the pipeline, the scheduler and every setting but
 the seed) and tells MindSpore to trust it (``MS_DEV_FORCE_USE_COMPILE_CACHE``). The weights are
 not part of a graph: they stay parameters, read from the loaded model at every call (tested
@@ -91,6 +92,7 @@ def key_parts(settings: Any, pipeline: str, scheduler: str) -> Dict[str, Any]:
     import mindspore as ms
 
     from .._version import __version__
+    from .mindspore_cpu import onednn_isa
 
     values = dataclasses.asdict(settings)
     values.pop("seed")  # the noise is an input of the graph, not part of it
@@ -99,7 +101,7 @@ def key_parts(settings: Any, pipeline: str, scheduler: str) -> Dict[str, Any]:
         "xrand": __version__, "xrand_source": source_digest(),
         "mindspore": ms.__version__, "mindone": mindone.__version__,
         "python": "%d.%d" % sys.version_info[:2], "machine": platform.machine(),
-        "device_target": ms.get_context("device_target"),
+        "device_target": ms.get_context("device_target"), "onednn_isa": onednn_isa(),
         "model": model_digest(settings.model), "pipeline": pipeline, "scheduler": scheduler,
         "settings": values,
     }

@@ -16,17 +16,19 @@ kernels); :func:`uninstall` puts every original object back.
 The fallbacks compile in MindSpore's graph mode too (each Cell compiled on its first call);
 one, mindone's GEGLU (Stable Diffusion's feed-forward), is there for graph mode only.
 
-Speed (DDIM pipeline step, batch 1, 2 shared cores, MindSpore 2.10 vs torch 2.13 at 2 threads;
-the machine was shared, so +-30%): google/ddpm-cifar10-32 architecture: torch 0.07-0.12 s;
-MindSpore with ops.conv2d fallbacks 9-16 s, with these fallbacks in PyNative after
-tune_cpu_runtime() 0.22-0.26 s, in graph mode 0.12-0.16 s. Digits model: torch 0.0045 s,
-PyNative 0.035 s, graph mode 0.015 s. Graph mode is the fast path.
+On a CPU, :func:`tune_cpu_runtime` matters as much as the fallbacks: synchronous launch (about
+10x faster per PyNative step) and MindSpore's oneDNN at AVX2 (:func:`cap_onednn_isa`), where its
+Conv2D runs as a GEMM and replaces the im2col fallback. Graph mode is the fast path; speeds
+against torch are in benchmarks/RESULTS.md, figure 5.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import glob
 import os
+import platform
 import sys
 
 import mindspore as ms
@@ -43,6 +45,11 @@ _replacements: dict[int, tuple[object, object]] = {}
 # Modules scanned for names bound to a replaced operator (``from mindspore.mint import x``
 # or ``pad = mint.nn.functional.pad`` at import time, as mindone's layers_compat does).
 _SCANNED_PREFIXES = ("mindone.", "mindspore.mint")
+
+# The instruction set MindSpore's oneDNN runs, once tune_cpu_runtime() has fixed it, and whether
+# _conv2d then runs MindSpore's Conv2D (compiled into graphs as a constant).
+_onednn_isa: str | None = None
+_conv2d_by_onednn = False
 
 
 # ---------------------------------------------------------------- the fallbacks
@@ -90,14 +97,16 @@ def _pair(value):
 
 
 def _conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-    """mint.nn.functional.conv2d (kernel Conv2DExt) as im2col (ops.unfold) and one batched matmul.
+    """mint.nn.functional.conv2d (kernel Conv2DExt): MindSpore's CPU Conv2D, or im2col and a matmul.
 
-    MindSpore's own CPU Conv2D exists but oneDNN runs it as "jit_uni_ncsp:conv+ref" on the
-    plain NCHW layout MindSpore hands it: 0.5-0.7 s for a 128-channel 3x3 conv at 32x32,
-    against 8 ms for unfold + matmul (measured, MindSpore 2.10, ONEDNN_VERBOSE=1). That
-    Conv2D still serves grouped convs and padding given by name ("same", "valid").
+    MindSpore's CPU Conv2D is oneDNN's. On AVX-512, oneDNN runs it as "jit_uni_ncsp:conv+ref"
+    on the plain NCHW layout MindSpore hands it: 21 ms for a 32-channel 3x3 conv at 16x16, batch
+    4, against 0.9 ms for ops.unfold and one batched matmul, and 0.2 ms for torch. At AVX2
+    (:func:`cap_onednn_isa`) oneDNN runs it as a GEMM ("x64:gemm:jit") in 0.55 ms, so Conv2D
+    serves every conv then; otherwise only grouped convs and padding given by name ("same",
+    "valid"). Measured on MindSpore 2.10, ONEDNN_VERBOSE=1.
     """
-    if groups != 1 or isinstance(padding, str):
+    if _conv2d_by_onednn or groups != 1 or isinstance(padding, str):
         pad_mode, pad = (padding, 0) if isinstance(padding, str) else ("pad", padding)
         return ops.conv2d(input, weight, bias, stride, pad_mode, pad, dilation, groups)
     n, _, h, w = input.shape
@@ -376,17 +385,60 @@ def cpu_fallbacks():
             uninstall()
 
 
+# oneDNN's dnnl_cpu_isa_t values (dnnl_types.h, oneDNN 3), named as ONEDNN_MAX_CPU_ISA takes them.
+_ISA_NAMES = {0x1: "SSE41", 0x3: "AVX", 0x7: "AVX2", 0xf: "AVX2_VNNI", 0x1f: "AVX2_VNNI_2", 0x27: "AVX512_CORE",
+              0x67: "AVX512_CORE_VNNI", 0xe7: "AVX512_CORE_BF16", 0x1ef: "AVX10_1_512"}
+_AVX2 = 0x7
+_ISA_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")
+
+
+def _mindspore_onednn():
+    """MindSpore's own copy of oneDNN (torch links its own), or None where there is none to cap."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return None
+    paths = sorted(glob.glob(os.path.join(os.path.dirname(ms.__file__), "lib", "libdnnl.so*")))
+    return ctypes.CDLL(paths[0]) if paths else None
+
+
+def cap_onednn_isa() -> str | None:
+    """Cap MindSpore's oneDNN at AVX2 (as ONEDNN_MAX_CPU_ISA=AVX2 would, for MindSpore only).
+
+    Returns the instruction set it runs from now on (``"AVX2"``, ``"AVX512_CORE_BF16"``...), or
+    None off x86 or without MindSpore's libdnnl. At AVX2 its Conv2D runs as a GEMM, faster than
+    xrand's im2col fallback, which it then replaces (:func:`_conv2d`). oneDNN takes a cap only
+    before its first kernel: later, or when the user set ONEDNN_MAX_CPU_ISA, what runs stays.
+    """
+    global _onednn_isa, _conv2d_by_onednn
+    library = _mindspore_onednn()
+    if library is None:
+        return None
+    if not any(os.environ.get(name) for name in _ISA_VARIABLES):
+        library.dnnl_set_max_cpu_isa(_AVX2)  # refused (status 2) once oneDNN has run
+    isa = library.dnnl_get_effective_cpu_isa()
+    _onednn_isa = _ISA_NAMES.get(isa, hex(isa))
+    _conv2d_by_onednn = (isa | _AVX2) == _AVX2  # AVX2 or less: measured fast
+    return _onednn_isa
+
+
+def onednn_isa() -> str | None:
+    """The instruction set MindSpore's oneDNN runs, once :func:`cap_onednn_isa` has fixed it (else None)."""
+    return _onednn_isa
+
+
 def tune_cpu_runtime(threads: int | None = None) -> bool:
-    """Once per process on a CPU target: synchronous op launch and ``threads`` kernel threads.
+    """Once per process on a CPU target: synchronous op launch, ``threads`` kernel threads, and
+    MindSpore's oneDNN capped at AVX2 (:func:`cap_onednn_isa`).
 
     MindSpore's asynchronous PyNative launch cost about 1 ms an operator on 2 cores: the
     digits UNet took 0.48 s/step async and 0.034 s/step with ms.runtime.launch_blocking()
     (measured). Kernel threads default to 25 (mindspore/device_context/cpu/op_tuning.py);
-    ``threads=None`` uses the CPUs this process may run on. Both settings can be made only
-    once per process; returns whether either was made now (never off the CPU).
+    ``threads=None`` uses the CPUs this process may run on. All three can be set only once
+    per process; returns whether the launch or the threads were set now (never off the CPU).
     """
     if not _on_cpu():
         return False
+    if _onednn_isa is None:
+        cap_onednn_isa()
     if threads is None:
         threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     changed = False

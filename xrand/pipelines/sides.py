@@ -335,9 +335,13 @@ def run(loaded: Loaded, settings: Settings, mode: str = DEFAULT_MINDSPORE_MODE,
     seconds = time.perf_counter() - start
     environment = {}
     if fw.name == "mindspore":
+        from .mindspore_cpu import onednn_isa
+
         environment["mindspore_mode"] = mode
         if "status" in cache:
             environment["mindspore_compile_cache"] = cache["status"]
+        if onednn_isa() is not None:
+            environment["mindspore_onednn_isa"] = onednn_isa()
     if not recorder.outputs:
         raise RuntimeError(f"{recipe.pipeline} on {fw.name} never called scheduler.step")
     return Side(
