@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from xrand.streams import make_stream
+from xrand.streams import make_stream, pages
 from xrand.streams import torch_cpu
 from xrand.streams.torch_cpu import stream as torch_cpu_stream
 from xrand.streams.torch_cpu import (
@@ -420,3 +420,28 @@ def test_large_draws_work_in_chunks(engine, dtype, monkeypatch):
         tracemalloc.stop()
     assert peak < 1.5 * chunked.nbytes
     assert_same_bits(chunked, whole)
+
+
+def _vm_flags(array: np.ndarray) -> list:
+    """The VmFlags of the memory mapping that holds ``array``'s second page (/proc/self/smaps)."""
+    address = array.ctypes.data + 2 * 4096
+    inside = False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                low, high = (int(v, 16) for v in head.split("-"))
+                inside = low <= address < high
+            elif head == "VmFlags:" and inside:
+                return line.split()[1:]
+    raise AssertionError("no mapping holds the array")
+
+
+@pytest.mark.skipif(pages._madvise() is None, reason="huge pages are not given on request here (Linux THP madvise)")
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_large_output_gets_torchs_pages_not_numpys_huge_ones(engine):
+    n = pages.HUGE_PAGE_REQUEST_BYTES // 4
+    numpy_array = np.empty(n, np.float32)  # NumPy asks for huge pages from this size on
+    out = TorchCPUStream(0, engine=engine).normal((n,), "float32")
+    assert "hg" in _vm_flags(numpy_array)
+    assert "nh" in _vm_flags(out) and "hg" not in _vm_flags(out)

@@ -25,6 +25,7 @@ import numpy as np
 from ..base import Stream
 from ...checks import UsageError, check_choice, module_installed, module_loaded
 from ...numeric import cast_float64, float32_to_bfloat16_values
+from .. import pages
 from .._parallel import Tasks
 from .reference import (
     _TWO_PI_D, box_muller_double, box_muller_float, uniform_double, uniform_float,
@@ -70,7 +71,7 @@ class _MTEngine:
         n = math.prod(shape)
         if n < 16:
             return self._small(n, dtype).reshape(shape)
-        out = np.empty(n, dtype=np.float32 if dtype == "bfloat16" else dtype)
+        out = pages.empty(n, np.float32 if dtype == "bfloat16" else dtype)  # torch's pages, not NumPy's huge ones
         self._large(out, dtype)
         return out.reshape(shape)
 
