@@ -169,6 +169,9 @@ def test_doctor_lists_backends():
     names = {b["name"]: b["available"] for b in info["backends"]}
     assert names["numpy"] is True and names["torch"] is True
     assert info["environment"]["numpy"]
+    env = info["environment"]
+    if names.get("mindspore") and env.get("machine") == "x86_64" and env.get("mindspore_device_target") == "CPU":
+        assert info["mindspore_onednn_isa"] == "AVX2"  # as a MindSpore side runs (mindspore_cpu.cap_onednn_isa)
 
 
 def test_no_command_prints_help():

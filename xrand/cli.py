@@ -234,6 +234,11 @@ def cmd_doctor(args) -> int:
         info["torch_cpu_kernel"] = torch_kernel()
     except Exception as exc:  # no torch or no stream module: say why
         info["torch_cpu_kernel"] = f"unknown ({exc})"
+    if "mindspore" in usable:  # what a MindSpore side of this machine runs (set up as xrand compare does)
+        from .pipelines.mindspore_cpu import onednn_isa, tune_cpu_runtime
+
+        tune_cpu_runtime()
+        info["mindspore_onednn_isa"] = onednn_isa()
     if args.json:
         print(json.dumps(info, indent=2, default=str))
         return 0
@@ -242,6 +247,8 @@ def cmd_doctor(args) -> int:
         print(f"  {r.name:<10} {'available' if r.available else 'unavailable: ' + str(r.reason)}")
     print(f"active backend: {info['active_backend']}")
     print(f"torch CPU kernel: {info['torch_cpu_kernel']}")
+    if info.get("mindspore_onednn_isa"):
+        print(f"MindSpore's oneDNN: {info['mindspore_onednn_isa']}")
     print("environment:")
     for key, value in info["environment"].items():
         print(f"  {key}: {value}")
