@@ -247,7 +247,7 @@ def test_tune_cpu_runtime_keeps_the_users_onednn_cap():
 @needs_onednn
 def test_once_onednn_has_run_its_instruction_set_stays_and_picks_the_conv():
     machine = int(_new_process("print(library.dnnl_get_effective_cpu_isa())")[0])
-    expected = [mindspore_cpu._ISA_NAMES.get(machine, hex(machine)), str(machine | 0x7 == 0x7), str(machine)]
+    expected = [mindspore_cpu._ISA_NAMES.get(machine, hex(machine)), str((machine | 0x7) == 0x7), str(machine)]
     assert _new_process(_RUN_A_CONV + _TUNED) == expected
 
 

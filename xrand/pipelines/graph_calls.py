@@ -2,12 +2,14 @@
 
 PyNative's numbers: on a CPU, graph mode runs ``mindspore.nn.Linear`` (``mint.nn.Linear``) as a
 MatMul with a transposed second input plus a BiasAdd, while PyNative's Dense kernel computes as
-``ops.matmul(x.reshape(-1, in_features), weight.T)`` does. For inputs of few rows (up to 8 here;
-every UNet's time embedding) the two round differently: 1.6e-7 to 2.6e-7 relative L2 for one
-layer, 1.5e-7 for a whole digits UNet call, 1.3e-6 for the random-weight cifar10-architecture
-UNet (MindSpore 2.10). Inside :func:`linear_as_in_pynative` Linear's construct is that matmul
-plus the bias, and graph mode gives PyNative's bits (tests/test_graph_cache.py: Linear layers
-of 2 to 4 dimensions and 1 to 256 rows, a UNet; tests/test_recipes.py: Stable Diffusion).
+``ops.matmul(x.reshape(-1, in_features), weight.T)`` does. For some inputs the two round
+differently: with MindSpore's oneDNN at AVX-512, those of up to 8 rows (every UNet's time
+embedding), 1.6e-7 to 2.6e-7 relative L2 for one layer, 1.5e-7 for a whole digits UNet call,
+1.3e-6 for the random-weight cifar10-architecture UNet; at AVX2 (mindspore_cpu.cap_onednn_isa)
+others, such as one row of 128 or 256 rows of 256 (MindSpore 2.10). Inside
+:func:`linear_as_in_pynative` Linear's construct is that matmul plus the bias, and graph mode
+gives PyNative's bits (tests/test_graph_cache.py: Linear layers of 2 to 4 dimensions and 1 to
+256 rows, a UNet; tests/test_recipes.py: Stable Diffusion).
 
 No per-call walk: in graph mode every call of a Cell (the UNet, once per step) goes through
 MindSpore's compile, which finds the graph already compiled but first sets ``compile_phase`` on

@@ -4,8 +4,8 @@ From 4 MiB on, NumPy asks Linux for transparent huge pages (``madvise(MADV_HUGEP
 CPU allocator does not, so where the kernel gives huge pages only on request (its setting
 ``always [madvise] never``) a torch tensor gets 4 KiB pages. Huge pages are cheaper to fill while
 the memory is at hand, but on a virtual machine whose balloon takes freed memory back they are far
-dearer to fault in again: filling 64M float32 values cost 0.45 ns a value warm and 7.2 cold on
-huge pages, 1.4 either way on 4 KiB pages (benchmarks/RESULTS.md, figure 2). :func:`empty` undoes
+dearer to fault in again: filling 64M float32 values cost about 0.5 ns a value warm and 7 cold
+on huge pages, 1.4 either way on torch's 4 KiB pages (benchmarks/RESULTS.md, figure 2). :func:`empty` undoes
 NumPy's request before the pages are touched, so a stream's output costs what torch's does.
 """
 from __future__ import annotations
