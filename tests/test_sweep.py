@@ -331,3 +331,44 @@ def test_a_half_written_last_line_is_dropped_and_a_bad_middle_line_refused(tmp_p
     path.write_text("not json\n" + json.dumps(rows[0]) + "\n")
     with pytest.raises(ValueError, match="results.jsonl line 1 is not a result row"):
         ResultsFolder(str(tmp_path)).read()
+
+
+class _ScriptedPool:
+    """A pool whose workers run cells in order, two in flight each, as Ray actors do; worker 0
+    dies on its first cell, reported once for each of its cells in flight (as Ray reports)."""
+
+    depth = 2
+
+    def __init__(self):
+        self.queues, self.started, self.next = {}, [], 0
+
+    def add_worker(self):
+        self.queues[self.next] = []
+        self.next += 1
+        return self.next - 1
+
+    def submit(self, wid, cell):
+        self.queues[wid].append(cell)
+
+    def wait(self):
+        events = []
+        for wid, queue in list(self.queues.items()):
+            if queue and wid == 0:
+                events += [(0, "died", "worker 0 died")] * len(queue)
+                self.started.append(queue[0])
+                del self.queues[0]
+            elif queue:
+                cell = queue.pop(0)
+                self.started.append(cell)
+                events.append((wid, "row", {"seed": cell[0]}))
+        return events
+
+
+def test_a_dead_workers_cells_in_flight_are_handed_out_again_and_only_the_running_one_counts_as_tried():
+    from xrand.pipelines.sweep.run import schedule
+
+    pool, rows = _ScriptedPool(), []
+    schedule(pool, [(seed, "ddim") for seed in range(6)], 2, rows.append)
+    assert sorted(row["seed"] for row in rows) == list(range(6))  # every cell ran once, none an error row
+    assert pool.started.count((0, "ddim")) == 2  # worker 0 was running seed 0: retried on worker 1
+    assert pool.started.count((1, "ddim")) == 1  # in flight on worker 0 but never started: run once, later

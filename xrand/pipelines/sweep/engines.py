@@ -19,6 +19,8 @@ RAY_CONNECT_TIMEOUT = 10.0
 class LocalEngine:
     """Worker processes started with spawn (torch and MindSpore hold threads a fork would break)."""
 
+    depth = 1  # cells in flight per worker: a pipe hands a worker its next cell at once
+
     def __init__(self, config: SweepConfig, log_path: str) -> None:
         import multiprocessing
 
@@ -138,6 +140,10 @@ def _local_worker(conn, config: SweepConfig, log_path: str) -> None:
 
 class RayEngine:
     """Ray actors, each declaring ``threads_per_worker`` CPUs and holding one CellRunner."""
+
+    # cells in flight per actor: an actor runs its calls in order, so the second keeps it busy
+    # while the first one's result travels back through Ray and the next is submitted
+    depth = 2
 
     def __init__(self, config: SweepConfig, address: Optional[str], workers: int) -> None:
         import ray

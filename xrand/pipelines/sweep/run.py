@@ -67,32 +67,31 @@ def run_sweep(config: SweepConfig, seeds: Iterable[int], schedulers: Iterable[st
 
 
 def schedule(pool: Any, cells: List[Cell], workers: int, finished: Callable[[Dict[str, Any]], None]) -> None:
-    """Hand cells to idle workers; a cell whose worker died is retried once on another worker,
-    then recorded as an error row."""
+    """Keep ``pool.depth`` cells in flight on each worker; a worker runs its cells in order. The
+    cells of a worker that died are handed out again, the one it was running retried once on
+    another worker, then recorded as an error row."""
     pending: Deque[Cell] = collections.deque(cells)
     attempts: Dict[Cell, int] = collections.Counter()
-    busy: Dict[int, Cell] = {}
-    idle: List[int] = [pool.add_worker() for _ in range(workers)]
+    busy: Dict[int, Deque[Cell]] = {pool.add_worker(): collections.deque() for _ in range(workers)}
     replacements = 0
-    while pending or busy:
-        while idle and pending:
-            wid = idle.pop()
-            busy[wid] = pending.popleft()
-            pool.submit(wid, busy[wid])
+    while pending or any(busy.values()):
+        for wid, in_flight in busy.items():
+            while pending and len(in_flight) < pool.depth:
+                in_flight.append(pending.popleft())
+                pool.submit(wid, in_flight[-1])
         for wid, kind, payload in pool.wait():
             if kind == "row":
-                busy.pop(wid, None)
-                idle.append(wid)
+                busy[wid].popleft()
                 finished(payload)
             elif kind == "fatal":
                 if payload["usage"]:  # the model or a setting, refused while loading: the user's to fix
                     raise UsageError(payload["error"])
                 raise RuntimeError(f"a sweep worker could not load the pipelines: {payload['error']}")
-            elif kind == "died":
-                cell = busy.pop(wid, None)
-                if wid in idle:
-                    idle.remove(wid)
-                if cell is not None:
+            elif kind == "died" and wid in busy:  # Ray reports each call in flight: the first report counts
+                in_flight = busy.pop(wid)
+                pending.extendleft(reversed(list(in_flight)[1:]))  # never started: not an attempt
+                if in_flight:
+                    cell = in_flight[0]
                     attempts[cell] += 1
                     if attempts[cell] < 2:
                         pending.appendleft(cell)
@@ -100,12 +99,12 @@ def schedule(pool: Any, cells: List[Cell], workers: int, finished: Callable[[Dic
                         finished(error_row(cell, f"{payload}, twice: not retried again"))
                 # A new worker loads for a while: start one only when the live ones cannot take
                 # the waiting cells at once (always when none is left).
-                alive = len(busy) + len(idle)
+                alive = len(busy)
                 if pending and alive < workers and (alive == 0 or len(pending) > alive):
                     replacements += 1
                     if replacements > 2 * len(cells) + workers:
                         raise RuntimeError(f"sweep workers keep dying ({payload})")
-                    idle.append(pool.add_worker())
+                    busy[pool.add_worker()] = collections.deque()
 
 
 def _progress_bar(total: int, done: int, enabled: bool):
