@@ -86,6 +86,15 @@ def earlier_figures(path: Path, rerun) -> tuple:
     return headers, sections, rows
 
 
+def _still_kept(header: str, kept) -> bool:
+    """Whether an earlier run's header line speaks of a figure still kept ("Figures 5, 6: ..." or a whole run)."""
+    header = header.removeprefix("- ").strip()
+    if "from earlier runs" in header:
+        return False
+    m = re.match(r"Figures ([\d, ]+):", header)
+    return m is None or any(int(n) in kept for n in m.group(1).split(","))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", help="comma-separated figure numbers (default: all)")
@@ -127,7 +136,7 @@ def main() -> None:
     if kept:  # the header says which run each figure comes from
         lines[2:3] = [f"- Figures {', '.join(map(str, numbers))}: " + lines[2][0].lower() + lines[2][1:],
                       f"- Figure(s) {', '.join(map(str, sorted(kept)))} kept from earlier runs, which said:"] + \
-                     [f"  {h.removeprefix('- ').strip()}" for h in kept_headers if "from earlier runs" not in h]
+                     [f"  {h.removeprefix('- ').strip()}" for h in kept_headers if _still_kept(h, kept)]
     table = summary(sections).splitlines()
     rows = {int(m.group(1)): row for row in table[4:] if (m := re.match(r"\| (\d+)\. ", row))}
     lines += table[:4] + [row for _, row in sorted({**kept_rows, **rows}.items())] + [""]
