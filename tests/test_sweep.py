@@ -372,3 +372,18 @@ def test_a_dead_workers_cells_in_flight_are_handed_out_again_and_only_the_runnin
     assert sorted(row["seed"] for row in rows) == list(range(6))  # every cell ran once, none an error row
     assert pool.started.count((0, "ddim")) == 2  # worker 0 was running seed 0: retried on worker 1
     assert pool.started.count((1, "ddim")) == 1  # in flight on worker 0 but never started: run once, later
+
+
+def test_a_sweep_whose_every_cell_failed_to_run_still_writes_its_summary_and_picture(tmp_path):
+    from xrand.pipelines.sweep import SweepConfig
+    from xrand.pipelines.sweep.cells import error_row
+    from xrand.pipelines.sweep.results import SweepResult
+    from xrand.pipelines.sweep.summary import write_summary
+
+    cells = [(0, "DDIMScheduler"), (1, "DDIMScheduler")]
+    rows = {cell: error_row(cell, "worker process 7 died (killed by SIGKILL), twice: not retried again")
+            for cell in cells}
+    summary = write_summary(str(tmp_path), SweepConfig(Settings(model=default_model())),
+                            SweepResult(cells=cells, rows=rows, ran=2))
+    assert summary["verdict"] == "fail" and summary["schedulers"]["DDIMScheduler"]["errors"] == 2
+    assert (tmp_path / "sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

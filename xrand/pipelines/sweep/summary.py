@@ -132,7 +132,8 @@ def plot_sweep(result: SweepResult, config: SweepConfig, path: str) -> None:
         ax.set_xticks(range(1, len(names) + 1))
         ax.set_xticklabels([describe(*split_label(name)) for name in names], rotation=20, fontsize=8)
         ax.set_title(label)
-        if key in ("rel_l2", "ssim") and all(v > 0 for d in data for v in d if math.isfinite(v)):
+        finite = [v for d in data for v in d if math.isfinite(v)]
+        if key in ("rel_l2", "ssim") and finite and min(finite) > 0:  # none when every cell failed to run
             ax.set_yscale("log")
         if key == "rel_l2":
             tol = DEFAULT_TOLERANCE[config.settings.dtype] if config.tolerance is None else config.tolerance
