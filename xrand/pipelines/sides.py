@@ -340,8 +340,9 @@ def run(loaded: Loaded, settings: Settings, mode: str = DEFAULT_MINDSPORE_MODE,
         environment["mindspore_mode"] = mode
         if "status" in cache:
             environment["mindspore_compile_cache"] = cache["status"]
-        if onednn_isa() is not None:
-            environment["mindspore_onednn_isa"] = onednn_isa()
+        isa = onednn_isa()
+        if isa is not None:
+            environment["mindspore_onednn_isa"] = isa
     if not recorder.outputs:
         raise RuntimeError(f"{recipe.pipeline} on {fw.name} never called scheduler.step")
     return Side(
