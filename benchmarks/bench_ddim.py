@@ -99,7 +99,7 @@ def child(model: str, repeats: int, compare_steps: List[int], profile: bool) -> 
 
     from xrand.pipelines.compare import Pair, compare_loaded
     from xrand.pipelines.frameworks import mindspore_mode
-    from xrand.pipelines.mindspore_cpu import onednn_isa
+    from xrand.mindspore_cpu import onednn_isa
     from xrand.pipelines.settings import Settings
     from xrand.pipelines.sides import load
 
@@ -289,7 +289,7 @@ def run(repeats: int = 5) -> Section:
             warm = ", ".join(f"{k} {v:.1f} s" for k, v in info["warmup_s"].items())
             section.notes.append(f"{label}: loading {loads}; first (1-step) calls {warm}; "
                                  f"torch threads {info['torch_threads']}; MindSpore's oneDNN at "
-                                 f"{info['onednn_isa']} (xrand.pipelines.mindspore_cpu.cap_onednn_isa).")
+                                 f"{info['onednn_isa']} (xrand.mindspore_cpu.cap_onednn_isa).")
             for name, (k, text) in info.get("mindspore_profile", {}).items():
                 section.notes.append(f"Where a {k}-step {what[name]} call's time goes ({label}; cProfile, own time, "
                                      "then the pipeline's parts by cumulative time):\n\n" + text)

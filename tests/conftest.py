@@ -13,7 +13,7 @@ def pytest_sessionstart(session):
     any test runs a kernel (synchronous launch, oneDNN at AVX2: the conv fallback users get), so
     no test depends on which test ran first."""
     if importlib.util.find_spec("mindspore") is not None:
-        from xrand.pipelines.mindspore_cpu import tune_cpu_runtime
+        from xrand.mindspore_cpu import tune_cpu_runtime
 
         tune_cpu_runtime()
 

@@ -75,7 +75,7 @@ from scheduler_loop import digits_unets, generic_loop, rel_l2, scheduler as _sch
 def unets():
     pytest.importorskip("mindspore")
     pytest.importorskip("mindone")
-    from xrand.pipelines import mindspore_cpu
+    from xrand import mindspore_cpu
 
     mindspore_cpu.install()
     mindspore_cpu.tune_cpu_runtime()

@@ -17,7 +17,8 @@ ms = pytest.importorskip("mindspore")
 pytest.importorskip("mindone.diffusers")
 
 from test_pipelines import make_tiny_model  # noqa: E402
-from xrand.pipelines import graph_cache, mindspore_cpu  # noqa: E402
+from xrand import mindspore_cpu  # noqa: E402
+from xrand.pipelines import graph_cache  # noqa: E402
 from xrand.pipelines.settings import Settings  # noqa: E402
 
 # One MindSpore side of `model` in `mode`, then (optionally) PyNative sides of other models;
@@ -111,7 +112,7 @@ def test_the_key_follows_what_changes_a_graph_and_not_the_seed_or_weights(two_mo
     monkeypatch.setattr(ms, "__version__", "0.0.1")
     changed["mindspore"] = graph_cache.cache_key(settings, "DDIMPipeline", "DDIMScheduler")
     monkeypatch.undo()
-    monkeypatch.setattr(mindspore_cpu, "_onednn_isa", "AVX512_CORE")  # another conv fallback in the graph
+    monkeypatch.setattr(mindspore_cpu.runtime, "_onednn_isa", "AVX512_CORE")  # another conv fallback in the graph
     changed["oneDNN instruction set"] = graph_cache.cache_key(settings, "DDIMPipeline", "DDIMScheduler")
     assert key not in changed.values() and len(set(changed.values())) == len(changed), changed
 

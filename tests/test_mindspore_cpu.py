@@ -11,7 +11,7 @@ import mindspore.mint as mint  # noqa: E402
 import mindspore.mint.nn.functional as MF  # noqa: E402
 import torch.nn.functional as TF  # noqa: E402
 
-from xrand.pipelines import mindspore_cpu  # noqa: E402
+from xrand import mindspore_cpu  # noqa: E402
 from xrand.pipelines.frameworks import mindspore_mode  # noqa: E402
 
 pytestmark = pytest.mark.skipif(ms.get_context("device_target") != "CPU",
@@ -130,7 +130,7 @@ def test_conv2d_matches_torch(fallbacks, stride, padding, dilation, groups, bias
 @pytest.fixture(params=[True, False], ids=["conv2d-by-onednn", "conv2d-by-im2col"])
 def conv_route(request, monkeypatch):
     """Each conv fallback route: MindSpore's Conv2D (oneDNN at AVX2) or im2col and a matmul."""
-    monkeypatch.setattr(mindspore_cpu, "_conv2d_by_onednn", request.param)
+    monkeypatch.setattr(mindspore_cpu.ops, "conv2d_by_onednn", request.param)
 
 
 @pytest.mark.parametrize("padding_mode", ["zeros", "reflect"])
@@ -217,11 +217,11 @@ def test_the_conv_fallback_gives_the_same_bits_in_graph_mode_as_in_pynative(conv
 
 
 _ONEDNN = ("import numpy as np, mindspore as ms\nfrom mindspore import ops\n"
-           "from xrand.pipelines import mindspore_cpu\nlibrary = mindspore_cpu._mindspore_onednn()\n")
+           "from xrand import mindspore_cpu\nlibrary = mindspore_cpu.runtime._mindspore_onednn()\n")
 _TUNED = ("mindspore_cpu.tune_cpu_runtime()\n"
-          "print(mindspore_cpu.onednn_isa(), mindspore_cpu._conv2d_by_onednn, library.dnnl_get_effective_cpu_isa())")
+          "print(mindspore_cpu.onednn_isa(), mindspore_cpu.ops.conv2d_by_onednn, library.dnnl_get_effective_cpu_isa())")
 _RUN_A_CONV = "ops.conv2d(ms.tensor(np.ones((1, 1, 3, 3), np.float32)), ms.tensor(np.ones((1, 1, 1, 1), np.float32)))\n"
-needs_onednn = pytest.mark.skipif(mindspore_cpu._mindspore_onednn() is None,
+needs_onednn = pytest.mark.skipif(mindspore_cpu.runtime._mindspore_onednn() is None,
                                   reason="MindSpore has no oneDNN of its own here")
 
 
@@ -247,7 +247,7 @@ def test_tune_cpu_runtime_keeps_the_users_onednn_cap():
 @needs_onednn
 def test_once_onednn_has_run_its_instruction_set_stays_and_picks_the_conv():
     machine = int(_new_process("print(library.dnnl_get_effective_cpu_isa())")[0])
-    expected = [mindspore_cpu._ISA_NAMES.get(machine, hex(machine)), str((machine | 0x7) == 0x7), str(machine)]
+    expected = [mindspore_cpu.runtime._ISA_NAMES.get(machine, hex(machine)), str((machine | 0x7) == 0x7), str(machine)]
     assert _new_process(_RUN_A_CONV + _TUNED) == expected
 
 

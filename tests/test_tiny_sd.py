@@ -62,7 +62,7 @@ def test_mindone_runs_the_folder_like_diffusers(folder):
     """Two steps of text-to-image, guidance 7.5, from one xrand seed: the images agree (mindone's 5e-3)."""
     pytest.importorskip("mindspore")
     mindone_diffusers = pytest.importorskip("mindone.diffusers")
-    from xrand.pipelines import mindspore_cpu
+    from xrand import mindspore_cpu
 
     mindspore_cpu.tune_cpu_runtime()
     args = dict(num_inference_steps=2, guidance_scale=7.5, height=IMAGE_SIZE, width=IMAGE_SIZE, output_type="np")

@@ -235,7 +235,7 @@ def cmd_doctor(args) -> int:
     except Exception as exc:  # no torch or no stream module: say why
         info["torch_cpu_kernel"] = f"unknown ({exc})"
     if "mindspore" in usable:  # what a MindSpore side of this machine runs (set up as xrand compare does)
-        from .pipelines.mindspore_cpu import onednn_isa, tune_cpu_runtime
+        from .mindspore_cpu import onednn_isa, tune_cpu_runtime
 
         tune_cpu_runtime()
         info["mindspore_onednn_isa"] = onednn_isa()

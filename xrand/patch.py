@@ -6,6 +6,10 @@ defining module (covering modules imported later) and in every module already im
 Native ``torch.Generator`` / ``numpy.random.Generator`` arguments go to the original function.
 Each target's own parameters are mapped by name, positional or keyword (mindone's
 ``randn_tensor(shape, generator, dtype)`` has no ``device``).
+
+Patching mindone.diffusers while MindSpore targets the CPU also puts :mod:`xrand.mindspore_cpu`'s
+stand-ins for the kernels a CPU lacks in place (and takes them out with the patch), so mindone's
+own pipelines run here as written.
 """
 from __future__ import annotations
 
@@ -33,6 +37,8 @@ LIBRARIES = tuple(dict.fromkeys(prefix for *_, prefix in TARGETS))  # "diffusers
 
 _lock = threading.Lock()
 _originals: Dict[Tuple[str, str], Callable] = {}
+_STANDINS_FOR = "mindone.diffusers"
+_standins_ours = False  # whether patch() put xrand.mindspore_cpu's stand-ins in place
 
 
 def _is_xrand(generator: Any) -> bool:
@@ -109,7 +115,27 @@ def patch(libraries: Optional[Iterable[str]] = None) -> List[Tuple[str, str]]:
             replacements.append((prefix, name, original, _wrap(original, params, backend_name)))
         if replacements:
             _replace_everywhere(replacements)
+        if any(prefix == _STANDINS_FOR for prefix, *_ in replacements):
+            _install_standins()
         return done
+
+
+def _install_standins() -> None:
+    """mindone's stand-ins for the MindSpore kernels a CPU lacks (nothing off the CPU target)."""
+    global _standins_ours
+    from . import mindspore_cpu
+
+    if not mindspore_cpu.installed() and mindspore_cpu.install():
+        _standins_ours = True
+
+
+def _uninstall_standins() -> None:
+    global _standins_ours
+    if _standins_ours:
+        from . import mindspore_cpu
+
+        mindspore_cpu.uninstall()
+        _standins_ours = False
 
 
 def unpatch(targets: Optional[Iterable[Tuple[str, str]]] = None) -> None:
@@ -127,6 +153,8 @@ def unpatch(targets: Optional[Iterable[Tuple[str, str]]] = None) -> None:
             del _originals[(module_name, name)]
         if replacements:
             _replace_everywhere(replacements)
+        if not any(module_name.startswith(_STANDINS_FOR) for module_name, _ in _originals):
+            _uninstall_standins()
 
 
 def is_patched() -> bool:

@@ -176,7 +176,7 @@ class MindSpore(Framework):
             yield
 
     def prepare(self):
-        from . import mindspore_cpu
+        from .. import mindspore_cpu
 
         mindspore_cpu.install()  # no-op unless MindSpore runs on a CPU
         # Synchronous launch (about 10x faster per step on a CPU) and oneDNN at AVX2 (a fast

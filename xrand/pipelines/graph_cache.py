@@ -92,7 +92,7 @@ def key_parts(settings: Any, pipeline: str, scheduler: str) -> Dict[str, Any]:
     import mindspore as ms
 
     from .._version import __version__
-    from .mindspore_cpu import onednn_isa
+    from ..mindspore_cpu import onednn_isa
 
     values = dataclasses.asdict(settings)
     values.pop("seed")  # the noise is an input of the graph, not part of it

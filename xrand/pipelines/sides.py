@@ -335,7 +335,7 @@ def run(loaded: Loaded, settings: Settings, mode: str = DEFAULT_MINDSPORE_MODE,
     seconds = time.perf_counter() - start
     environment = {}
     if fw.name == "mindspore":
-        from .mindspore_cpu import onednn_isa
+        from ..mindspore_cpu import onednn_isa
 
         environment["mindspore_mode"] = mode
         if "status" in cache:

@@ -30,7 +30,7 @@ class CellRunner:
 
     def __init__(self, config: SweepConfig) -> None:
         from ..compare import load_pair
-        from ..mindspore_cpu import tune_cpu_runtime
+        from ...mindspore_cpu import tune_cpu_runtime
         from ..quiet import silenced
 
         with silenced():

@@ -1,55 +1,17 @@
-"""Run mindone's diffusion models on a plain CPU by standing in for mint operators it lacks.
+"""The stand-ins: the same math as each missing ``mindspore.mint`` kernel, from operators a CPU has.
 
-Several ``mindspore.mint`` operators that mindone calls have Ascend kernels only; on a CPU
-they fail with "The kernel X unregistered". :func:`install` swaps each of them for the same
-math built from MindSpore operators that have CPU kernels, wherever mindone looks it up, so
-mindone's own pipelines (DDIM, Stable Diffusion) and schedulers run unchanged. ``Tensor.lerp``
-has a CPU kernel but gives NaN for a -inf start where torch gives -inf; it is replaced too.
-It does nothing unless MindSpore's device target is ``"CPU"`` (Ascend and GPU keep their own
-kernels); :func:`uninstall` puts every original object back.
-
-    from xrand.pipelines import frameworks, mindspore_cpu
-    mindspore_cpu.tune_cpu_runtime()                   # once per process
-    with mindspore_cpu.cpu_fallbacks(), frameworks.mindspore_mode("graph"):
-        images = mindone_pipeline(...)
-
-The fallbacks compile in MindSpore's graph mode too (each Cell compiled on its first call);
-one, mindone's GEGLU (Stable Diffusion's feed-forward), is there for graph mode only.
-
-On a CPU, :func:`tune_cpu_runtime` matters as much as the fallbacks: synchronous launch (about
-10x faster per PyNative step) and MindSpore's oneDNN at AVX2 (:func:`cap_onednn_isa`), where its
-Conv2D runs as a GEMM and replaces the im2col fallback. Graph mode is the fast path; speeds
-against torch are in benchmarks/RESULTS.md, figure 5.
+:func:`targets` lists where each one goes; :mod:`.install` puts them there.
 """
 
-from __future__ import annotations
 
-import contextlib
-import ctypes
-import glob
-import os
-import platform
-import sys
+from __future__ import annotations
 
 import mindspore as ms
 from mindspore import ops
 
-# (owner, attribute name, original object) for every attribute install() replaced.
-_patched: list[tuple[object, str, object]] = []
-# Stands for an attribute the owner only inherits (Tensor.lerp comes from the C++ TensorPy):
-# uninstall() deletes the override instead of setting anything back.
-_INHERITED = object()
-# The original objects and the fallback that replaces each, keyed by id(original).
-_replacements: dict[int, tuple[object, object]] = {}
-
-# Modules scanned for names bound to a replaced operator (``from mindspore.mint import x``
-# or ``pad = mint.nn.functional.pad`` at import time, as mindone's layers_compat does).
-_SCANNED_PREFIXES = ("mindone.", "mindspore.mint")
-
-# The instruction set MindSpore's oneDNN runs, once tune_cpu_runtime() has fixed it, and whether
-# _conv2d then runs MindSpore's Conv2D (compiled into graphs as a constant).
-_onednn_isa: str | None = None
-_conv2d_by_onednn = False
+# Whether _conv2d runs MindSpore's Conv2D (set by runtime.cap_onednn_isa; compiled into graphs
+# as a constant).
+conv2d_by_onednn = False
 
 
 # ---------------------------------------------------------------- the fallbacks
@@ -102,11 +64,11 @@ def _conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1)
     MindSpore's CPU Conv2D is oneDNN's. On AVX-512, oneDNN runs it as "jit_uni_ncsp:conv+ref"
     on the plain NCHW layout MindSpore hands it: 21 ms for a 32-channel 3x3 conv at 16x16, batch
     4, against 0.9 ms for ops.unfold and one batched matmul, and 0.2 ms for torch. At AVX2
-    (:func:`cap_onednn_isa`) oneDNN runs it as a GEMM ("x64:gemm:jit") in 0.55 ms, so Conv2D
+    (:func:`.runtime.cap_onednn_isa`) oneDNN runs it as a GEMM ("x64:gemm:jit") in 0.55 ms, so Conv2D
     serves every conv then; otherwise only grouped convs and padding given by name ("same",
     "valid"). Measured on MindSpore 2.10, ONEDNN_VERBOSE=1.
     """
-    if _conv2d_by_onednn or groups != 1 or isinstance(padding, str):
+    if conv2d_by_onednn or groups != 1 or isinstance(padding, str):
         pad_mode, pad = (padding, 0) if isinstance(padding, str) else ("pad", padding)
         return ops.conv2d(input, weight, bias, stride, pad_mode, pad, dilation, groups)
     n, _, h, w = input.shape
@@ -278,7 +240,7 @@ def _geglu_construct(self, hidden_states):
     return hidden_states * self.gelu(gate)
 
 
-def _targets() -> list[tuple[object, str, object]]:
+def targets() -> list[tuple[object, str, object]]:
     """(owner, attribute, fallback) for each operator replaced on a CPU."""
     import mindspore.mint as mint
     import mindspore.mint.nn.functional as F
@@ -307,150 +269,3 @@ def _targets() -> list[tuple[object, str, object]]:
         (F, "gelu", _gelu),
         (GEGLU, "construct", _geglu_construct),  # graph mode: Stable Diffusion's feed-forward
     ]
-
-
-# ---------------------------------------------------------------- install / uninstall
-
-
-def _on_cpu() -> bool:
-    return ms.get_context("device_target") == "CPU"
-
-
-def installed() -> bool:
-    """Whether the CPU fallbacks are in place."""
-    return bool(_patched)
-
-
-def _set(owner, name, value, original) -> None:
-    _patched.append((owner, name, original))
-    setattr(owner, name, value)
-
-
-def install() -> bool:
-    """Put the CPU fallbacks in place if MindSpore's device target is CPU; returns whether they are.
-
-    Idempotent. Call it before or after importing mindone: names that mindone modules
-    already bound to an original operator are replaced too.
-    """
-    if _patched:
-        return True
-    if not _on_cpu():
-        return False
-    for owner, name, fallback in _targets():
-        original = vars(owner).get(name, _INHERITED)
-        if original is not _INHERITED:
-            _replacements[id(original)] = (original, fallback)
-        _set(owner, name, fallback, original)
-    for module in _scanned_modules():
-        for name, value in list(vars(module).items()):
-            entry = _replacements.get(id(value))
-            if entry is not None and value is entry[0]:
-                _set(module, name, entry[1], value)
-    return True
-
-
-def uninstall() -> None:
-    """Restore every original operator (idempotent).
-
-    Names bound to a fallback by modules imported while it was installed are restored too.
-    """
-    if not _patched:
-        return
-    for owner, name, original in reversed(_patched):
-        if original is _INHERITED:
-            delattr(owner, name)
-        else:
-            setattr(owner, name, original)
-    by_fallback = {id(fb): orig for orig, fb in _replacements.values()}
-    for module in _scanned_modules():
-        for name, value in list(vars(module).items()):
-            if id(value) in by_fallback:
-                setattr(module, name, by_fallback[id(value)])
-    _patched.clear()
-    _replacements.clear()
-
-
-@contextlib.contextmanager
-def cpu_fallbacks():
-    """Context manager: the CPU fallbacks inside the block (if the target is CPU), not after.
-
-    Leaves them in place when they were already installed on entry.
-    """
-    already = installed()
-    install()
-    try:
-        yield
-    finally:
-        if not already:
-            uninstall()
-
-
-# oneDNN's dnnl_cpu_isa_t values (dnnl_types.h, oneDNN 3), named as ONEDNN_MAX_CPU_ISA takes them.
-_ISA_NAMES = {0x1: "SSE41", 0x3: "AVX", 0x7: "AVX2", 0xf: "AVX2_VNNI", 0x1f: "AVX2_VNNI_2", 0x27: "AVX512_CORE",
-              0x67: "AVX512_CORE_VNNI", 0xe7: "AVX512_CORE_BF16", 0x1ef: "AVX10_1_512"}
-_AVX2 = 0x7
-_ISA_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")
-
-
-def _mindspore_onednn():
-    """MindSpore's own copy of oneDNN (torch links its own), or None where there is none to cap."""
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        return None
-    paths = sorted(glob.glob(os.path.join(os.path.dirname(ms.__file__), "lib", "libdnnl.so*")))
-    return ctypes.CDLL(paths[0]) if paths else None
-
-
-def cap_onednn_isa() -> str | None:
-    """Cap MindSpore's oneDNN at AVX2 (as ONEDNN_MAX_CPU_ISA=AVX2 would, for MindSpore only).
-
-    Returns the instruction set it runs from now on (``"AVX2"``, ``"AVX512_CORE_BF16"``...), or
-    None off x86 or without MindSpore's libdnnl. At AVX2 its Conv2D runs as a GEMM, faster than
-    xrand's im2col fallback, which it then replaces (:func:`_conv2d`). oneDNN takes a cap only
-    before its first kernel: later, or when the user set ONEDNN_MAX_CPU_ISA, what runs stays.
-    """
-    global _onednn_isa, _conv2d_by_onednn
-    library = _mindspore_onednn()
-    if library is None:
-        return None
-    if not any(os.environ.get(name) for name in _ISA_VARIABLES):
-        library.dnnl_set_max_cpu_isa(_AVX2)  # refused (status 2) once oneDNN has run
-    isa = library.dnnl_get_effective_cpu_isa()
-    _onednn_isa = _ISA_NAMES.get(isa, hex(isa))
-    _conv2d_by_onednn = (isa | _AVX2) == _AVX2  # AVX2 or less: measured fast
-    return _onednn_isa
-
-
-def onednn_isa() -> str | None:
-    """The instruction set MindSpore's oneDNN runs, once :func:`cap_onednn_isa` has fixed it (else None)."""
-    return _onednn_isa
-
-
-def tune_cpu_runtime(threads: int | None = None) -> bool:
-    """Once per process on a CPU target: synchronous op launch, ``threads`` kernel threads, and
-    MindSpore's oneDNN capped at AVX2 (:func:`cap_onednn_isa`).
-
-    MindSpore's asynchronous PyNative launch cost about 1 ms an operator on 2 cores: the
-    digits UNet took 0.48 s/step async and 0.034 s/step with ms.runtime.launch_blocking()
-    (measured). Kernel threads default to 25 (mindspore/device_context/cpu/op_tuning.py);
-    ``threads=None`` uses the CPUs this process may run on. All three can be set only once
-    per process; returns whether the launch or the threads were set now (never off the CPU).
-    """
-    if not _on_cpu():
-        return False
-    if _onednn_isa is None:
-        cap_onednn_isa()
-    if threads is None:
-        threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    changed = False
-    for setting in (lambda: ms.device_context.cpu.op_tuning.threads_num(threads), ms.runtime.launch_blocking):
-        try:
-            setting()
-            changed = True
-        except RuntimeError:  # "... can not be set repeatedly"
-            pass
-    return changed
-
-
-def _scanned_modules():
-    return [m for n, m in list(sys.modules.items())
-            if m is not None and n.startswith(_SCANNED_PREFIXES)]

@@ -1,0 +1,33 @@
+"""Run mindone's diffusion models on a plain CPU by standing in for mint operators it lacks.
+
+Several ``mindspore.mint`` operators that mindone calls have Ascend kernels only; on a CPU
+they fail with "The kernel X unregistered". :func:`install` swaps each of them for the same
+math built from MindSpore operators that have CPU kernels, wherever mindone looks it up, so
+mindone's own pipelines (DDIM, Stable Diffusion) and schedulers run unchanged. ``Tensor.lerp``
+has a CPU kernel but gives NaN for a -inf start where torch gives -inf; it is replaced too.
+It does nothing unless MindSpore's device target is ``"CPU"`` (Ascend and GPU keep their own
+kernels); :func:`uninstall` puts every original object back.
+
+    from xrand import mindspore_cpu
+    mindspore_cpu.tune_cpu_runtime()                   # once per process
+    with mindspore_cpu.cpu_fallbacks():
+        images = mindone_pipeline(...)
+
+``xrand.patched()`` (and ``xrand.patched("mindone.diffusers")``) does both when MindSpore
+targets the CPU, and takes the fallbacks out again at the end of the block.
+
+The fallbacks compile in MindSpore's graph mode too (each Cell compiled on its first call);
+one, mindone's GEGLU (Stable Diffusion's feed-forward), is there for graph mode only.
+
+On a CPU, :func:`tune_cpu_runtime` matters as much as the fallbacks: synchronous launch (about
+faster per PyNative step) and MindSpore's oneDNN at AVX2 (:func:`cap_onednn_isa`), where its
+Conv2D runs as a GEMM and replaces the im2col fallback. Speeds against torch are in
+benchmarks/RESULTS.md, figure 5.
+
+Modules: :mod:`.ops` (the stand-ins and where each goes), :mod:`.install` (putting them in
+place and back), :mod:`.runtime` (launch, threads, oneDNN's instruction set).
+"""
+from .install import cpu_fallbacks, install, installed, uninstall
+from .runtime import cap_onednn_isa, onednn_isa, tune_cpu_runtime
+
+__all__ = ["cap_onednn_isa", "cpu_fallbacks", "install", "installed", "onednn_isa", "tune_cpu_runtime", "uninstall"]

@@ -1,0 +1,81 @@
+"""MindSpore's CPU runtime as a comparison needs it: synchronous launch, a thread count, and its
+own oneDNN capped at AVX2 (where its Conv2D is fast)."""
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import platform
+
+import mindspore as ms
+
+from . import ops
+from .install import on_cpu
+
+# The instruction set MindSpore's oneDNN runs, once tune_cpu_runtime() has fixed it.
+_onednn_isa: str | None = None
+
+# oneDNN's dnnl_cpu_isa_t values (dnnl_types.h, oneDNN 3), named as ONEDNN_MAX_CPU_ISA takes them.
+_ISA_NAMES = {0x1: "SSE41", 0x3: "AVX", 0x7: "AVX2", 0xf: "AVX2_VNNI", 0x1f: "AVX2_VNNI_2", 0x27: "AVX512_CORE",
+              0x67: "AVX512_CORE_VNNI", 0xe7: "AVX512_CORE_BF16", 0x1ef: "AVX10_1_512"}
+_AVX2 = 0x7
+_ISA_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")
+
+
+def _mindspore_onednn():
+    """MindSpore's own copy of oneDNN (torch links its own), or None where there is none to cap."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return None
+    paths = sorted(glob.glob(os.path.join(os.path.dirname(ms.__file__), "lib", "libdnnl.so*")))
+    return ctypes.CDLL(paths[0]) if paths else None
+
+
+def cap_onednn_isa() -> str | None:
+    """Cap MindSpore's oneDNN at AVX2 (as ONEDNN_MAX_CPU_ISA=AVX2 would, for MindSpore only).
+
+    Returns the instruction set it runs from now on (``"AVX2"``, ``"AVX512_CORE_BF16"``...), or
+    None off x86 or without MindSpore's libdnnl. At AVX2 its Conv2D runs as a GEMM, faster than
+    xrand's im2col fallback, which it then replaces (:func:`_conv2d`). oneDNN takes a cap only
+    before its first kernel: later, or when the user set ONEDNN_MAX_CPU_ISA, what runs stays.
+    """
+    global _onednn_isa
+    library = _mindspore_onednn()
+    if library is None:
+        return None
+    if not any(os.environ.get(name) for name in _ISA_VARIABLES):
+        library.dnnl_set_max_cpu_isa(_AVX2)  # refused (status 2) once oneDNN has run
+    isa = library.dnnl_get_effective_cpu_isa()
+    _onednn_isa = _ISA_NAMES.get(isa, hex(isa))
+    ops.conv2d_by_onednn = (isa | _AVX2) == _AVX2  # AVX2 or less: measured fast
+    return _onednn_isa
+
+
+def onednn_isa() -> str | None:
+    """The instruction set MindSpore's oneDNN runs, once :func:`cap_onednn_isa` has fixed it (else None)."""
+    return _onednn_isa
+
+
+def tune_cpu_runtime(threads: int | None = None) -> bool:
+    """Once per process on a CPU target: synchronous op launch, ``threads`` kernel threads, and
+    MindSpore's oneDNN capped at AVX2 (:func:`cap_onednn_isa`).
+
+    MindSpore's asynchronous PyNative launch cost about 1 ms an operator on 2 cores: the
+    digits UNet took 0.48 s/step async and 0.034 s/step with ms.runtime.launch_blocking()
+    (measured). Kernel threads default to 25 (mindspore/device_context/cpu/op_tuning.py);
+    ``threads=None`` uses the CPUs this process may run on. All three can be set only once
+    per process; returns whether the launch or the threads were set now (never off the CPU).
+    """
+    if not on_cpu():
+        return False
+    if _onednn_isa is None:
+        cap_onednn_isa()
+    if threads is None:
+        threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    changed = False
+    for setting in (lambda: ms.device_context.cpu.op_tuning.threads_num(threads), ms.runtime.launch_blocking):
+        try:
+            setting()
+            changed = True
+        except RuntimeError:  # "... can not be set repeatedly"
+            pass
+    return changed
