@@ -6,7 +6,7 @@ Models: the embedded digits model (xrand/models/digits; a random-weight model of
 architecture is made on the fly if it is missing) and a random-weight model of the
 google/ddpm-cifar10-32 architecture saved to a temporary folder. Batch 1.
 
-Each model runs in a fresh process that loads both pipelines with xrand.pipelines.sides'
+Each model runs in a fresh process that loads both pipelines with xrand.compare.sides'
 loaders, exactly as ``xrand compare`` does, and times torch, MindSpore in graph mode (what
 ``xrand compare`` runs by default) and in PyNative mode (``--mindspore-mode pynative``),
 interleaved. Then ``xrand compare --model MODEL`` itself, with its default settings, runs in
@@ -97,17 +97,17 @@ def child(model: str, repeats: int, compare_steps: List[int], profile: bool) -> 
         import mindspore  # noqa: F401
         import torch
 
-    from xrand.pipelines.compare import Pair, compare_loaded
-    from xrand.pipelines.frameworks import mindspore_mode
+    from xrand.compare import Pair, compare_loaded, make_plan
+    from xrand.compare.sides import load
     from xrand.mindspore_cpu import onednn_isa
+    from xrand.pipelines.frameworks import mindspore_mode
     from xrand.pipelines.settings import Settings
-    from xrand.pipelines.sides import load
 
     result = {"torch_threads": torch.get_num_threads(), "load_s": {}, "warmup_s": {}, "steps": {}}
     loaded = {}
     for name in ("torch", "mindspore"):
         start = time.perf_counter()
-        loaded[name] = load(name, Settings(model=model, batch_size=1), quiet=True)
+        loaded[name] = load(make_plan(Settings(model=model, batch_size=1), frameworks=[name]), name)
         result["load_s"][name] = time.perf_counter() - start
     result["onednn_isa"] = onednn_isa()
     torch_pipe, ms_pipe = loaded["torch"].pipe, loaded["mindspore"].pipe
@@ -149,8 +149,8 @@ def child(model: str, repeats: int, compare_steps: List[int], profile: bool) -> 
     for mode in ("pynative", "graph"):
         for steps in compare_steps:
             both = {"direct": lambda: (run_torch(steps), run_mindspore(steps, mode)),
-                    "compare": lambda: compare_loaded(pair, Settings(model=model, steps=steps, batch_size=1),
-                                                      mindspore_mode=mode)}
+                    "compare": lambda: compare_loaded(pair, make_plan(Settings(model=model, steps=steps, batch_size=1),
+                                                                      mindspore_mode=mode))}
             times = {name: [] for name in both}
             for r in range(COMPARE_REPEATS):
                 for name in (["direct", "compare"] if r % 2 == 0 else ["compare", "direct"]):
@@ -239,12 +239,12 @@ def run(repeats: int = 5) -> Section:
             f"call lasts about {SECONDS_PER_TIMING:.0f} s, 2 to 50 steps, shown as k; the call's fixed costs "
             f"included), {repeats} repeats with the runs interleaved, after a warm-up call each (which compiles "
             "the graph in graph mode). diffusers' `DDIMPipeline` with a `torch.Generator`, mindone.diffusers' with "
-            "a NumPy generator, both loaded in one process by `xrand.pipelines.sides.load`, exactly as "
+            "a NumPy generator, both loaded in one process by `xrand.compare.sides.load`, exactly as "
             "`xrand compare` runs them. Ratio: MindSpore / torch per repeat. **graph mode**: what `xrand compare` "
             "runs by default; **PyNative**: `xrand compare --mindspore-mode pynative` (MindSpore's own default). "
             "Graph mode against PyNative: one more call of PyNative's k steps in each mode, the same seed, the "
             "images compared. "
-            "compare_frameworks: `compare_loaded(pair, Settings(model, steps=n, batch_size=1), mindspore_mode=...)` "
+            "compare_frameworks: `compare_loaded(pair, make_plan(Settings(model, steps=n, batch_size=1), mindspore_mode=...))` "
             "on the pipelines already loaded, against calling the two pipelines directly, "
             f"interleaved, {COMPARE_REPEATS} repeats. `xrand compare`: the command with its default settings "
             "(`--model` aside; `--no-noise-floor`, whose float64 torch run is not in either side's seconds), each run in a fresh process with its own XRAND_CACHE_DIR, empty before the first "

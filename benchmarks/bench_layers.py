@@ -5,8 +5,9 @@
 Models: the embedded digits model and a random-weight model of the google/ddpm-cifar10-32
 architecture (bench_ddim's). Each runs in a fresh process that loads both pipelines as
 ``xrand compare`` does, runs the torch side once (its trajectory feeds both), then times,
-interleaved: one lockstep step (``compare.lockstep`` over k steps, divided by k: both UNets and
-both schedulers fed torch's sample) and ``compare.layers_at_step`` at step 0 (what ``--layers``
+interleaved: one lockstep step (what ``--lockstep`` runs over k steps, divided by k: the torch
+side recording every denoiser call and step, the MindSpore side fed them) and
+``compare.layers.layers_at_step`` at step 0 (what ``--layers``
 adds: hooked torch pass, two hooked MindSpore passes, torch's float64 floor pass), also with an
 explicit ``--layer-tolerance`` (no floor pass). MindSpore in PyNative (what --layers uses).
 Target: --layers at most 5x one lockstep step.
@@ -35,30 +36,36 @@ def child(model: str, repeats: int, profile: bool) -> dict:
         import mindspore  # noqa: F401
         import torch
 
+    from xrand.compare import LayerOptions, load_pair, make_plan
+    from xrand.compare.layers import layers_at_step
+    from xrand.compare.sides import Everything, run
     from xrand.patch import patched
-    from xrand.pipelines.compare import layers_at_step, load_pair, lockstep
-    from xrand.pipelines.layers import LayerOptions
     from xrand.pipelines.settings import Settings
-    from xrand.pipelines.sides import run
 
-    def settings_of(steps):
-        return Settings(model=model, steps=steps, batch_size=1)
+    def plan_of(steps, layers=None):
+        return make_plan(Settings(model=model, steps=steps, batch_size=1), mindspore_mode="pynative", layers=layers)
 
-    pair = load_pair(settings_of(1), quiet=True)
-    side = run(pair.torch, settings_of(1))
-    lockstep(pair, settings_of(1), side, "pynative")  # warm-up (PyNative, as --layers runs)
-    side = run(pair.torch, settings_of(2))
+    def lockstep(plan):
+        """What --lockstep runs: torch recording every call, MindSpore fed them (PyNative, as --layers runs)."""
+        side = run(pair.torch, plan, record_calls=Everything(), record_steps=True)
+        return run(pair.mindspore, plan, feed=side.recording)
+
+    pair = load_pair(plan_of(1))
+    lockstep(plan_of(1))  # warm-up
     start = time.perf_counter()
-    lockstep(pair, settings_of(2), side, "pynative")
+    lockstep(plan_of(2))
     k = max(1, min(20, round(LOCKSTEP_SECONDS / ((time.perf_counter() - start) / 2))))
-    settings = settings_of(k)
-    side = run(pair.torch, settings)
+    plans = {name: plan_of(k, LayerOptions(step=0, threshold=threshold))
+             for name, threshold in (("layers", None), ("layers, --layer-tolerance", 1e-4))}
+    side = run(pair.torch, plans["layers"], record_calls={0})
+
+    def layers(name):
+        return layers_at_step(pair.torch, pair.mindspore, plans[name], side.recording, side.timesteps)
 
     methods = {
-        "lockstep step": lambda: lockstep(pair, settings, side, "pynative"),
-        "layers": lambda: layers_at_step(pair, settings, side, LayerOptions(step=0)),
-        "layers, --layer-tolerance": lambda: layers_at_step(pair, settings, side,
-                                                            LayerOptions(step=0, threshold=1e-4)),
+        "lockstep step": lambda: lockstep(plan_of(k)),
+        "layers": lambda: layers("layers"),
+        "layers, --layer-tolerance": lambda: layers("layers, --layer-tolerance"),
     }
     per = {"lockstep step": k, "layers": 1, "layers, --layer-tolerance": 1}
     times = {name: [] for name in methods}
@@ -95,10 +102,12 @@ def run(repeats: int = 5) -> Section:
         title="7. The cost of compare --layers, against one lockstep step",
         method=(
             "Seconds per call, batch 1, fp32, MindSpore in PyNative, both pipelines loaded in one fresh process by "
-            "`compare.load_pair`, as `xrand compare` loads them. **lockstep step**: `compare.lockstep` over k steps (both UNets and "
-            f"schedulers fed torch's sample; k chosen so a call lasts about {LOCKSTEP_SECONDS:.0f} s) divided by k. "
-            "**layers**: `compare.layers_at_step` at step 0, what `--layers` adds to a comparison (the torch "
-            "recipe's denoiser call at that step, a hooked torch pass, MindSpore as run and MindSpore fed torch's inputs at every module, torch's float64 floor pass). "
+            "`compare.load_pair`, as `xrand compare` loads them. **lockstep step**: what `--lockstep` runs over k steps "
+            "(the torch side recording every denoiser call and step, then the MindSpore side fed them; k chosen so a "
+            f"call lasts about {LOCKSTEP_SECONDS:.0f} s) divided by k. "
+            "**layers**: `compare.layers.layers_at_step` at step 0, what `--layers` adds to a comparison (the denoiser "
+            "call the torch side recorded at that step, a hooked torch pass, MindSpore as run and MindSpore fed torch's "
+            "inputs at every module, torch's float64 floor pass). "
             f"{repeats} repeats, interleaved, after a warm-up call each, all inside one `xrand.patched()` block as "
             "`compare_loaded` runs them (patching scans every loaded module, once per comparison). Ratio: layers / "
             "lockstep step per repeat."

@@ -4,7 +4,7 @@
 
 Model: xrand.models.tiny_sd's random-weight StableDiffusionPipeline folder (32x32 images, 16x16
 latents), built in a temporary folder. Batch 1, guidance 7.5 (the UNet sees a batch of 2), fp32.
-A fresh process loads both pipelines with ``xrand.pipelines.sides.load`` (as ``xrand compare``
+A fresh process loads both pipelines with ``xrand.compare.sides.load`` (as ``xrand compare``
 does) and times, interleaved: diffusers' pipeline with a ``torch.Generator``, mindone's with a
 NumPy generator in graph mode (``xrand compare``'s default; compiled in the warm-up call) and in
 PyNative, and ``compare_loaded`` in its default mode (both runs from one xrand generator, every
@@ -38,13 +38,13 @@ def child(model: str, repeats: int) -> dict:
         import mindspore  # noqa: F401
         import torch
 
-    from xrand.pipelines.compare import Pair, compare_loaded
+    from xrand.compare import Pair, compare_loaded, make_plan
+    from xrand.compare.sides import load
     from xrand.pipelines.frameworks import mindspore_mode
     from xrand.pipelines.settings import Settings
-    from xrand.pipelines.sides import load
 
-    settings = Settings(model=model, steps=STEPS, batch_size=1, prompt=PROMPT)
-    loaded = {name: load(name, settings, quiet=True) for name in ("torch", "mindspore")}
+    settings = make_plan(Settings(model=model, steps=STEPS, batch_size=1, prompt=PROMPT))
+    loaded = {name: load(settings, name) for name in ("torch", "mindspore")}
     pair = Pair(torch=loaded["torch"], mindspore=loaded["mindspore"])
     call = dict(prompt=PROMPT, num_inference_steps=STEPS, output_type="np", return_dict=False)
 

@@ -2,7 +2,7 @@
 
     python benchmarks/bench_sweep.py [--repeats 2]
 
-Each sweep runs in a fresh process (``xrand.pipelines.sweep.run_sweep``, as ``xrand sweep`` runs
+Each sweep runs in a fresh process (``xrand.sweep.run_sweep``, as ``xrand sweep`` runs
 it) on the embedded digits model, into a new folder, with the time of every finished cell
 recorded. Three runs per repeat, their order rotating: the local engine with 1 and with 2
 workers, and the Ray engine with 2 workers on a local Ray started for the run. Steady rate: cells
@@ -30,8 +30,9 @@ RUNS = {"local, 1 worker": ("local", 1), "local, 2 workers": ("local", 2), "ray,
 
 def child(engine: str, workers: int, out: str) -> dict:
     """Runs in a fresh process: one sweep, the moment each cell was written."""
+    from xrand import sweep
     from xrand.cli import default_model
-    from xrand.pipelines import sweep
+    from xrand.compare import make_plan
 
     stamps = []
     append = sweep.ResultsFolder.append
@@ -43,10 +44,10 @@ def child(engine: str, workers: int, out: str) -> dict:
     sweep.ResultsFolder.append = timed_append
     from xrand.pipelines.settings import Settings
 
-    settings = Settings(model=default_model(), steps=STEPS, batch_size=1)
-    config = sweep.SweepConfig(settings)
+    plan = make_plan(Settings(model=default_model(), steps=STEPS, batch_size=1))
+    config = sweep.SweepConfig(plan)
     start = time.perf_counter()
-    result = sweep.run_sweep(config, sweep.parse_seeds(SEEDS), sweep.parse_schedulers(None, settings), out,
+    result = sweep.run_sweep(config, sweep.parse_seeds(SEEDS), sweep.parse_schedulers(None, plan), out,
                              workers=workers, engine=engine)
     wall = time.perf_counter() - start
     times = [t - start for t in stamps]

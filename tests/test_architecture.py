@@ -14,15 +14,18 @@ PACKAGE = pathlib.Path(xrand.__file__).parent
 # Lowest first; a module may import only from its own layer or below. The package's own
 # __init__ is the public facade over everything, so it sits on top.
 LAYERS = {
-    "xrand._version": 0, "xrand.checks": 0, "xrand.numeric": 0,
+    "xrand._version": 0, "xrand.checks": 0, "xrand.numeric": 0, "xrand.files": 0,
     "xrand.streams": 1,
     "xrand.backends": 2, "xrand.registry": 2,
     "xrand.generator": 3, "xrand.noise": 3, "xrand.determinism": 3, "xrand.brownian": 3,
     "xrand.mindspore_cpu": 3,
     "xrand.patch": 4,
     "xrand.pipelines": 5, "xrand.models": 5,
-    "xrand.cli": 6, "xrand.__main__": 6,
-    "xrand": 7,
+    "xrand.compare": 6,
+    "xrand.report": 7,
+    "xrand.sweep": 8,
+    "xrand.cli": 9, "xrand.__main__": 9,
+    "xrand": 10,
 }
 
 

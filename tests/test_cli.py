@@ -57,7 +57,7 @@ def test_failing_tolerance_exits_1(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["compare", "--model", "/no/such/model"], "model folder '/no/such/model' does not exist"),
+    (["compare", "--model", "/no/such/model"], "model '/no/such/model' is not a folder"),
     (["compare", "--steps", "0"], "steps must be a positive integer, got 0"),
     (["compare", "--eta", "3"], r"eta must be a number in [0, 1], got 3.0"),
     (["compare", "--stream", "mt"], "unknown stream 'mt'"),
@@ -76,12 +76,11 @@ def test_failing_tolerance_exits_1(tmp_path):
     (["compare", "--scheduler", "warp"], "unknown scheduler 'warp'; accepted: DDIMScheduler, DDIMParallelScheduler"),
     (["compare", "--pipeline", "KandinskyPipeline"], "unknown pipeline 'KandinskyPipeline'; accepted: DDIMPipeline, "
                                                      "DDPMPipeline, StableDiffusionPipeline"),
-    (["compare", "--scheduler", "flowmatcheulerdiscrete"], "FlowMatchEulerDiscreteScheduler cannot drive this model"),
+    (["compare", "--scheduler", "flowmatcheulerdiscrete"], "FlowMatchEulerDiscreteScheduler cannot drive DDIMPipeline"),
     (["compare", "--scheduler-option", "karras"], "scheduler option 'karras': expected KEY=VALUE"),
-    (["compare", "--pipeline", "StableDiffusionPipeline"], "StableDiffusionPipeline is text to image: give it a "
-                                                           "prompt (--prompt TEXT"),
-    (["compare", "--pipeline", "StableDiffusionPipeline", "--prompt", "a cat"], "has no vae/; the pipeline needs "
-                                                                                "unet, vae, text_encoder"),
+    (["compare", "--pipeline", "StableDiffusionPipeline"], "declares no vae in model_index.json; "
+                                                           "StableDiffusionPipeline needs unet, vae, text_encoder"),
+    (["compare", "--prompt", "a cat"], "DDIMPipeline takes no prompt (--prompt 'a cat'); its inputs: none"),
     (["compare", "--scheduler", "all", "--scheduler-option", "eta=1"], "--scheduler-option cannot be combined with "
                                                                        "--scheduler all"),
     (["run", "--backend", "torch", "--scheduler", "all", "--out", "x.safetensors"], "--scheduler all needs both "

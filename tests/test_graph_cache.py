@@ -18,20 +18,29 @@ pytest.importorskip("mindone.diffusers")
 
 from test_pipelines import make_tiny_model  # noqa: E402
 from xrand import mindspore_cpu  # noqa: E402
+from xrand.compare import make_plan  # noqa: E402
 from xrand.pipelines import graph_cache  # noqa: E402
 from xrand.pipelines.settings import Settings  # noqa: E402
+
+
+def key(model, **settings):
+    """The cache key of a MindSpore run of these settings (the plan's identity and this process)."""
+    plan = make_plan(Settings(**dict(dict(model=model, steps=2, batch_size=1), **settings)), frameworks=["mindspore"])
+    return graph_cache.cache_key(plan.graph_identity())
 
 # One MindSpore side of `model` in `mode`, then (optionally) PyNative sides of other models;
 # prints {"status": ..., "mode": ...} and saves the images as NumPy files.
 SIDES = r"""
 import json, sys
 import numpy as np
+from xrand.compare import make_plan
+from xrand.compare.sides import load, run
 from xrand.pipelines.settings import Settings
-from xrand.pipelines.sides import load, run
 out = {}
 for i, (model, mode, path) in enumerate(json.loads(sys.argv[1])):
-    settings = Settings(model=model, steps=2, batch_size=1, seed=5)
-    side = run(load("mindspore", settings, quiet=True), settings, mode)
+    plan = make_plan(Settings(model=model, steps=2, batch_size=1, seed=5), frameworks=["mindspore"],
+                     mindspore_mode=mode)
+    side = run(load(plan, "mindspore"), plan)
     np.save(path, side.images)
     out[path] = side.environment
 print(json.dumps(out))
@@ -88,33 +97,23 @@ def test_cached_graphs_give_pynative_numbers_in_a_fresh_process_for_other_weight
 
 def test_the_key_follows_what_changes_a_graph_and_not_the_seed_or_weights(two_models, tmp_path, monkeypatch):
     a, b = two_models
-    settings = Settings(model=a, steps=2, batch_size=1)
-    key = graph_cache.cache_key(settings, "DDIMPipeline", "DDIMScheduler")
-    same = [graph_cache.cache_key(Settings(model=a, steps=2, batch_size=1, seed=9), "DDIMPipeline", "DDIMScheduler"),
-            graph_cache.cache_key(Settings(model=b, steps=2, batch_size=1), "DDIMPipeline", "DDIMScheduler")]
-    assert same == [key, key]
+    same = [key(a), key(a, seed=9), key(b)]
+    assert same == [same[0]] * 3
     other = tmp_path / "other-config"
     shutil.copytree(a, other)
     config = other / "unet" / "config.json"
     config.write_text(config.read_text().replace('"norm_eps": 1e-05', '"norm_eps": 1e-06'))
-    changed = {
-        "batch": graph_cache.cache_key(Settings(model=a, steps=2, batch_size=2), "DDIMPipeline", "DDIMScheduler"),
-        "dtype": graph_cache.cache_key(Settings(model=a, steps=2, batch_size=1, dtype="float16"), "DDIMPipeline",
-                                       "DDIMScheduler"),
-        "steps": graph_cache.cache_key(Settings(model=a, steps=3, batch_size=1), "DDIMPipeline", "DDIMScheduler"),
-        "scheduler": graph_cache.cache_key(settings, "DDIMPipeline", "EulerDiscreteScheduler"),
-        "config": graph_cache.cache_key(Settings(model=str(other), steps=2, batch_size=1), "DDIMPipeline",
-                                        "DDIMScheduler"),
-    }
+    changed = {"batch": key(a, batch_size=2), "dtype": key(a, dtype="float16"), "steps": key(a, steps=3),
+               "scheduler": key(a, scheduler="euler"), "config": key(str(other))}
     monkeypatch.setattr(graph_cache, "source_digest", lambda: "another xrand source")
-    changed["xrand source"] = graph_cache.cache_key(settings, "DDIMPipeline", "DDIMScheduler")
+    changed["xrand source"] = key(a)
     monkeypatch.undo()
     monkeypatch.setattr(ms, "__version__", "0.0.1")
-    changed["mindspore"] = graph_cache.cache_key(settings, "DDIMPipeline", "DDIMScheduler")
+    changed["mindspore"] = key(a)
     monkeypatch.undo()
     monkeypatch.setattr(mindspore_cpu.runtime, "_onednn_isa", "AVX512_CORE")  # another conv fallback in the graph
-    changed["oneDNN instruction set"] = graph_cache.cache_key(settings, "DDIMPipeline", "DDIMScheduler")
-    assert key not in changed.values() and len(set(changed.values())) == len(changed), changed
+    changed["oneDNN instruction set"] = key(a)
+    assert same[0] not in changed.values() and len(set(changed.values())) == len(changed), changed
 
 
 def test_a_cache_folder_that_cannot_be_written_compiles_without_it(two_models, tmp_path, monkeypatch):
@@ -123,7 +122,8 @@ def test_a_cache_folder_that_cannot_be_written_compiles_without_it(two_models, t
     monkeypatch.setenv("XRAND_CACHE_DIR", str(blocker / "cache"))
     monkeypatch.delenv("MS_COMPILER_CACHE_ENABLE", raising=False)
     monkeypatch.setattr(graph_cache, "_taken", None)
-    with graph_cache.compile_cache(Settings(model=two_models[0]), "DDIMPipeline", "DDIMScheduler") as state:
+    identity = make_plan(Settings(model=two_models[0])).graph_identity()
+    with graph_cache.compile_cache(identity) as state:
         assert os.environ.get("MS_COMPILER_CACHE_ENABLE") != "1"
     assert state["status"].startswith(f"off: cannot write {blocker / 'cache'}")
     assert graph_cache._taken is None  # a later run may still use a writable folder
@@ -134,12 +134,12 @@ def test_one_folder_per_process_and_the_variables_put_back(two_models, tmp_path,
     monkeypatch.delenv("MS_COMPILER_CACHE_ENABLE", raising=False)  # put back after the test
     monkeypatch.setattr(graph_cache, "_taken", None)
     before = {name: os.environ.get(name) for name in ("MS_COMPILER_CACHE_PATH", "MS_DEV_FORCE_USE_COMPILE_CACHE")}
-    with graph_cache.compile_cache(Settings(model=two_models[0]), "DDIMPipeline", "DDIMScheduler") as state:
+    with graph_cache.compile_cache(make_plan(Settings(model=two_models[0])).graph_identity()) as state:
         assert os.environ["MS_COMPILER_CACHE_ENABLE"] == "1"
     assert state["status"] == "off: nothing compiled (the graphs were already in memory)"
     assert os.environ["MS_COMPILER_CACHE_ENABLE"] == "0"
     assert {name: os.environ.get(name) for name in before} == before
-    with graph_cache.compile_cache(Settings(model=two_models[0], steps=3), "DDIMPipeline", "DDIMScheduler") as state:
+    with graph_cache.compile_cache(make_plan(Settings(model=two_models[0], steps=3)).graph_identity()) as state:
         pass
     assert state["status"] == graph_cache.OFF_TAKEN
     assert os.listdir(tmp_path / graph_cache.SUBFOLDER) == []

@@ -19,10 +19,10 @@ pytest.importorskip("mindone.diffusers")
 from test_pipelines import make_tiny_model  # noqa: E402
 from xrand.checks import UsageError  # noqa: E402
 from xrand.cli import main  # noqa: E402
-from xrand.pipelines.compare import compare_loaded, load_pair  # noqa: E402
-from xrand.pipelines.layers import (LAYER_FLOOR_MULTIPLE, LayerOptions, check_dump_dir, layer_diff,  # noqa: E402
-                                    module_limit, unet_inputs)
-from xrand.pipelines.noise_floor import DrawsIn, noise_floor  # noqa: E402
+from xrand.compare import compare_loaded, load_pair, make_plan  # noqa: E402
+from xrand.compare.floor import DrawsIn, noise_floor  # noqa: E402
+from xrand.compare.layers import (LAYER_FLOOR_MULTIPLE, LayerOptions, check_dump_dir, layer_diff,  # noqa: E402
+                                  layers_at_step, module_limit, unet_inputs)
 from xrand.pipelines.settings import Settings  # noqa: E402
 
 FAULT = 1 + 1e-3
@@ -35,7 +35,7 @@ def tiny_model(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def pair(tiny_model):
-    return load_pair(Settings(model=tiny_model, batch_size=1), quiet=True)
+    return load_pair(Settings(model=tiny_model, batch_size=1))
 
 
 @pytest.fixture(scope="module")
@@ -253,7 +253,7 @@ def test_the_float64_run_sees_the_float32_runs_noise():
 
 # -- compare end to end ------------------------------------------------------------------------------------------
 def test_compare_with_layers_and_noise_floor_writes_report_and_picture(pair, tiny_model, tmp_path):
-    from xrand.pipelines.report import write_report
+    from xrand.report.compare import write_report
 
     settings = Settings(model=tiny_model, steps=2, seed=1, batch_size=1)
     c = compare_loaded(pair, settings, layers=LayerOptions(step=1), noise_floor=True)
@@ -309,7 +309,7 @@ def sd_pair(tmp_path_factory):
     from xrand.models.tiny_sd import build_tiny_sd
 
     model = str(build_tiny_sd(tmp_path_factory.mktemp("sd") / "model", seed=0))
-    return load_pair(Settings(model=model, steps=2, batch_size=1, **SD_PROMPT), quiet=True)
+    return load_pair(Settings(model=model, steps=2, batch_size=1, **SD_PROMPT))
 
 
 @pytest.fixture(scope="module")
@@ -320,9 +320,9 @@ def sd_settings(sd_pair):
 
 @pytest.fixture(scope="module")
 def sd_torch_side(sd_pair, sd_settings):
-    from xrand.pipelines.sides import run
+    from xrand.compare.sides import run
 
-    return run(sd_pair.torch, sd_settings)
+    return run(sd_pair.torch, make_plan(sd_settings), record_calls={1})
 
 
 @pytest.fixture(scope="module")
@@ -343,7 +343,7 @@ def test_stable_diffusion_with_euler_ancestral_compares_the_guided_unet_call(sd_
     assert layers.step == 1 and layers.timestep == pytest.approx(c.timesteps[1])
     labels = {m.label for m in layers.modules}
     assert "down_blocks.1.attentions.0.transformer_blocks.0.attn2.to_k" in labels  # cross-attention ran
-    # the call the recipe builds: the latents through scale_model_input, doubled for guidance
+    # the call the pipeline made: the latents through scale_model_input, doubled for guidance
     conv_in = load_file(f"{dump}/conv_in.torch.safetensors")["call0.input.0"]
     assert conv_in.shape == (2, 4, 16, 16)
     np.testing.assert_array_equal(conv_in[0], conv_in[1])
@@ -353,13 +353,12 @@ def test_stable_diffusion_with_euler_ancestral_compares_the_guided_unet_call(sd_
 
 
 def test_a_fault_in_one_stable_diffusion_unet_module_names_exactly_that_module(sd_pair, sd_settings, sd_torch_side):
-    from xrand.pipelines.compare import layers_at_step
-
     fault = "down_blocks.1.attentions.0.transformer_blocks.0.attn2.to_k"  # cross-attention on the prompt embeddings
     cell = dict(sd_pair.mindspore.pipe.unet.cells_and_names())[fault]
     handle = cell.register_forward_hook(lambda cell, args, output: output * FAULT)
     try:
-        report = layers_at_step(sd_pair, sd_settings, sd_torch_side, LayerOptions(step=1))
+        report = layers_at_step(sd_pair.torch, sd_pair.mindspore, make_plan(sd_settings, layers=LayerOptions(step=1)),
+                                sd_torch_side.recording, sd_torch_side.timesteps)
     finally:
         handle.remove()
     assert report.culprit == fault, report.summary()

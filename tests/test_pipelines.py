@@ -14,11 +14,11 @@ pytest.importorskip("diffusers")
 ms = pytest.importorskip("mindspore")
 pytest.importorskip("mindone.diffusers")
 
-from xrand.pipelines.compare import compare_frameworks, compare_sides  # noqa: E402
+from xrand.compare import compare_frameworks, compare_sides, make_plan  # noqa: E402
+from xrand.compare.sidefile import load_side, save_side  # noqa: E402
+from xrand.compare.sides import run_side  # noqa: E402
 from xrand.pipelines.settings import Settings  # noqa: E402
-from xrand.pipelines.sides import run_side  # noqa: E402
-from xrand.pipelines.report import write_report  # noqa: E402
-from xrand.pipelines.sidefile import load_side, save_side  # noqa: E402
+from xrand.report.compare import write_report  # noqa: E402
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -44,7 +44,7 @@ def tiny_model(tmp_path_factory):
 @pytest.fixture(scope="module")
 def eta1_comparison(tiny_model):
     settings = Settings(model=tiny_model, steps=4, seed=3, batch_size=2, eta=1.0)
-    return compare_frameworks(settings, lockstep_mode=True, quiet=True)
+    return compare_frameworks(settings, lockstep=True)
 
 
 # -- patching ------------------------------------------------------------------------------------------
@@ -98,9 +98,10 @@ def test_patched_with_libraries_patches_those_and_puts_back_only_its_own():
 def test_a_mindspore_side_does_not_import_diffusers(tiny_model):
     """Its run times MindSpore's pipeline only (diffusers' import took 0.3-0.6 s of it)."""
     code = ("import sys, json; from xrand.pipelines.settings import Settings; "
-            "from xrand.pipelines.sides import load, run; "
-            f"s = Settings(model={tiny_model!r}, steps=1, batch_size=1); "
-            "run(load('mindspore', s, quiet=True), s, 'pynative'); print(json.dumps('diffusers' in sys.modules))")
+            "from xrand.compare import make_plan; from xrand.compare.sides import load, run; "
+            f"p = make_plan(Settings(model={tiny_model!r}, steps=1, batch_size=1), frameworks=['mindspore'], "
+            "mindspore_mode='pynative'); "
+            "run(load(p, 'mindspore'), p); print(json.dumps('diffusers' in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "false"
@@ -147,7 +148,7 @@ def test_eta1_within_tolerance_with_lockstep(eta1_comparison):
 
 
 def test_eta0_within_tolerance(tiny_model):
-    c = compare_frameworks(Settings(model=tiny_model, steps=3, seed=0, batch_size=1, eta=0.0), quiet=True)
+    c = compare_frameworks(Settings(model=tiny_model, steps=3, seed=0, batch_size=1, eta=0.0))
     assert c.passed, c.verdict()
     assert c.initial_noise["max_abs"] == 0.0
     assert c.local_steps is None
@@ -159,7 +160,7 @@ def test_eta0_within_tolerance(tiny_model):
 def test_each_mindspore_mode_agrees_and_restores_the_mode(tiny_model, mode):
     settings = Settings(model=tiny_model, steps=3, seed=1, batch_size=1, eta=1.0)
     before = ms.get_context("mode")
-    c = compare_frameworks(settings, lockstep_mode=True, quiet=True, mindspore_mode=mode)
+    c = compare_frameworks(settings, lockstep=True, mindspore_mode=mode)
     assert ms.get_context("mode") == before
     assert c.initial_noise["max_abs"] == 0.0
     assert c.passed and c.final["rel_l2"] < 1e-4, c.verdict()
@@ -207,9 +208,14 @@ def test_report_and_pictures_are_written_and_valid(eta1_comparison, tmp_path):
 def side_files(tiny_model, tmp_path_factory):
     folder = tmp_path_factory.mktemp("sides")
     settings = dict(model=tiny_model, steps=2, seed=5, batch_size=1, eta=0.0)
-    a = save_side(run_side("torch", Settings(**settings), quiet=True), str(folder / "torch.safetensors"))
-    b = save_side(run_side("mindspore", Settings(**settings), quiet=True), str(folder / "ms.safetensors"))
-    c = save_side(run_side("torch", Settings(**dict(settings, seed=6)), quiet=True), str(folder / "seed6.safetensors"))
+
+    def side(framework, **changes):
+        plan = make_plan(Settings(**dict(settings, **changes)), frameworks=(framework,))
+        return run_side(plan, framework, quiet=True)
+
+    a = save_side(side("torch"), str(folder / "torch.safetensors"))
+    b = save_side(side("mindspore"), str(folder / "ms.safetensors"))
+    c = save_side(side("torch", seed=6), str(folder / "seed6.safetensors"))
     return a, b, c
 
 
@@ -245,20 +251,31 @@ def test_plain_safetensors_is_not_a_side_file(tmp_path):
 
 # -- bad models and settings -------------------------------------------------------------------------------
 def test_missing_and_incomplete_model_folders(tmp_path):
-    from xrand.pipelines.sides import check_model
+    def plan(folder):
+        return make_plan(Settings(model=str(folder)))
 
-    with pytest.raises(xrand.UsageError, match="does not exist"):
-        check_model(str(tmp_path / "nope"))
+    with pytest.raises(xrand.UsageError, match="is not a folder"):
+        plan(tmp_path / "nope")
     (tmp_path / "m" / "unet").mkdir(parents=True)
-    with pytest.raises(xrand.UsageError, match="has no scheduler/; the pipeline needs unet, scheduler"):
-        check_model(str(tmp_path / "m"))
+    with pytest.raises(xrand.UsageError, match="has no readable model_index.json with a _class_name"):
+        plan(tmp_path / "m")
+    index = {"_class_name": "DDIMPipeline", "unet": ["diffusers", "UNet2DModel"]}
+    (tmp_path / "m" / "model_index.json").write_text(json.dumps(index))
+    with pytest.raises(xrand.UsageError, match="declares no scheduler in model_index.json; DDIMPipeline needs unet, "
+                                               "scheduler"):
+        plan(tmp_path / "m")
+    index["scheduler"] = ["diffusers", "DDIMScheduler"]
+    (tmp_path / "m" / "model_index.json").write_text(json.dumps(index))
+    with pytest.raises(xrand.UsageError, match="has no scheduler/; DDIMPipeline needs unet, scheduler"):
+        plan(tmp_path / "m")
     (tmp_path / "m" / "scheduler").mkdir()
-    (tmp_path / "m" / "scheduler" / "scheduler_config.json").write_text("{}")
-    with pytest.raises(xrand.UsageError, match="has no unet/config.json"):
-        check_model(str(tmp_path / "m"))
+    (tmp_path / "m" / "scheduler" / "scheduler_config.json").write_text('{"_class_name": "DDIMScheduler"}')
     (tmp_path / "m" / "unet" / "config.json").write_text("{}")
     with pytest.raises(xrand.UsageError, match=r"has no unet/\*.safetensors weights"):
-        check_model(str(tmp_path / "m"))
+        plan(tmp_path / "m")
+    (tmp_path / "m" / "unet" / "config.json").write_text("{not json")
+    with pytest.raises(xrand.UsageError, match=r"unet/config.json' is not valid JSON"):
+        plan(tmp_path / "m")
 
 
 @pytest.mark.parametrize("field, value, match", [
@@ -272,11 +289,9 @@ def test_missing_and_incomplete_model_folders(tmp_path):
     ("pipeline", "StableCascadePipeline", "unknown pipeline 'StableCascadePipeline'; accepted: DDIMPipeline, "
                                           "DDPMPipeline, StableDiffusionPipeline"),
     ("scheduler", "warp", "unknown scheduler 'warp'; accepted: DDIMScheduler, "),
-    ("scheduler", "FlowMatchEulerDiscrete", "FlowMatchEulerDiscreteScheduler cannot drive this model: a "
-                                            "flow-matching scheduler"),
     ("scheduler_options", {"x": object()}, "scheduler_options must hold JSON values"),
     ("guidance_scale", -1, "guidance_scale must be a finite number >= 0"),
-    ("height", 30, "height must be a multiple of 8, got 30"),
+    ("height", 0, "height must be a positive integer, got 0"),
     ("prompt", 3, "prompt must be a string"),
 ])
 def test_bad_settings(field, value, match):

@@ -14,10 +14,10 @@ ms = pytest.importorskip("mindspore")
 pytest.importorskip("mindone.diffusers")
 
 from test_pipelines import make_tiny_model  # noqa: E402
+from xrand.compare import compare_loaded, compare_sides, load_pair, make_plan  # noqa: E402
+from xrand.compare.sides import Everything, load, run  # noqa: E402
 from xrand.pipelines import schedulers  # noqa: E402
-from xrand.pipelines.compare import compare_loaded, compare_sides, load_pair, lockstep_side  # noqa: E402
 from xrand.pipelines.settings import Settings  # noqa: E402
-from xrand.pipelines.sides import load, run  # noqa: E402
 
 PROMPT = dict(prompt="a red circle", negative_prompt="blue")
 
@@ -29,7 +29,7 @@ def tiny_model(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tiny_pair(tiny_model):
-    return load_pair(Settings(model=tiny_model, steps=2, batch_size=1), quiet=True)
+    return load_pair(Settings(model=tiny_model, steps=2, batch_size=1))
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +41,10 @@ def tiny_sd(tmp_path_factory):
 
 def tiny(model, **kw):
     return Settings(**dict(dict(model=model, steps=2, seed=1, batch_size=1), **kw))
+
+
+def plan(model, mode="graph", lockstep=False, **kw):
+    return make_plan(tiny(model, **kw), mindspore_mode=mode, lockstep=lockstep)
 
 
 # -- the scheduler a folder declares is the one that runs ---------------------------------------------------------
@@ -60,10 +64,10 @@ def euler_a_folder(tiny_model, tmp_path_factory):
 
 
 def test_folder_declaring_euler_ancestral_runs_euler_ancestral_not_ddim(euler_a_folder, tmp_path):
-    from xrand.pipelines.compare import compare_frameworks
-    from xrand.pipelines.report import write_report
+    from xrand.compare import compare_frameworks
+    from xrand.report.compare import write_report
 
-    c = compare_frameworks(tiny(euler_a_folder, steps=3), quiet=True)
+    c = compare_frameworks(tiny(euler_a_folder, steps=3))
     for side in ("a", "b"):
         assert c.ran[side]["scheduler"] == "EulerAncestralDiscreteScheduler"
         assert c.ran[side]["pipeline"] == "denoising_loop"  # DDIMPipeline would turn it into DDIM
@@ -79,8 +83,8 @@ def test_generic_loop_equals_diffusers_own_pipeline_for_euler_ancestral(tiny_mod
     """The loop does what a library pipeline that honours the scheduler does (as StableDiffusion's)."""
     from diffusers import EulerAncestralDiscreteScheduler, UNet2DModel
 
-    loaded = load("torch", tiny(tiny_model, scheduler="euler-a", steps=3))
-    side = run(loaded, tiny(tiny_model, scheduler="euler-a", steps=3))
+    p = plan(tiny_model, scheduler="euler-a", steps=3)
+    side = run(load(p, "torch"), p)
     unet = UNet2DModel.from_pretrained(tiny_model, subfolder="unet")
     scheduler = EulerAncestralDiscreteScheduler.from_pretrained(tiny_model, subfolder="scheduler")
     scheduler.set_timesteps(3)
@@ -94,10 +98,10 @@ def test_generic_loop_equals_diffusers_own_pipeline_for_euler_ancestral(tiny_mod
 
 
 def test_sides_whose_classes_differ_are_not_comparable(tiny_pair, tiny_model):
-    c = compare_loaded(tiny_pair, tiny(tiny_model, scheduler="euler"))
+    c = compare_loaded(tiny_pair, plan(tiny_model, scheduler="euler"))
     assert c.passed
-    a = run(tiny_pair.torch, tiny(tiny_model, scheduler="euler"))
-    b = run(tiny_pair.mindspore, tiny(tiny_model, scheduler="euler"))
+    a = run(tiny_pair.torch, plan(tiny_model, scheduler="euler"))
+    b = run(tiny_pair.mindspore, plan(tiny_model, scheduler="euler"))
     b.ran = dict(b.ran, scheduler="HeunDiscreteScheduler")
     with pytest.raises(xrand.UsageError, match="scheduler run: 'EulerDiscreteScheduler' vs 'HeunDiscreteScheduler'"):
         compare_sides(a, b)
@@ -112,8 +116,7 @@ def test_sides_whose_classes_differ_are_not_comparable(tiny_pair, tiny_model):
     ("UnCLIPScheduler", {"beta_schedule": "squaredcos_cap_v2"}, 64),  # prev_timestep as UnCLIPPipeline passes it
 ])
 def test_lockstep_for_any_scheduler(tiny_pair, tiny_model, name, options, draws):
-    settings = tiny(tiny_model, scheduler=name, scheduler_options=options)
-    c = compare_loaded(tiny_pair, settings, lockstep_mode=True)
+    c = compare_loaded(tiny_pair, plan(tiny_model, lockstep=True, scheduler=name, scheduler_options=options))
     assert c.passed, c.verdict()
     assert c.ran["a"]["pipeline"] == ("DDIMPipeline" if name == "DDIMScheduler" else "denoising_loop")
     assert c.ran["a"]["noise_draws"] == c.ran["b"]["noise_draws"] == draws
@@ -122,26 +125,32 @@ def test_lockstep_for_any_scheduler(tiny_pair, tiny_model, name, options, draws)
     assert all(r["sample"]["rel_l2"] < 1e-4 for r in c.local_steps)
 
 
-def test_lockstep_hook_sees_the_unet_inputs(tiny_pair, tiny_model):
-    settings = tiny(tiny_model, scheduler="lms")
-    side = run(tiny_pair.torch, settings)
-    seen = []
-    rows = lockstep_side(tiny_pair.torch, settings, [side.initial_noise] + list(side.states[:-1]),
-                         hook=lambda i, t, args, kwargs: seen.append((i, float(t), tuple(args[0].shape))))
-    assert seen == [(0, side.timesteps[0], (1, 1, 8, 8)), (1, side.timesteps[1], (1, 1, 8, 8))]
-    np.testing.assert_allclose(rows[-1]["sample"], side.states[-1], rtol=0, atol=1e-6)
+def test_the_reference_run_records_each_denoiser_call_and_step_and_lockstep_feeds_them(tiny_pair, tiny_model):
+    p = plan(tiny_model, scheduler="lms")
+    side = run(tiny_pair.torch, p, record_calls=Everything(), record_steps=True)
+    calls, steps = side.recording.calls, side.recording.steps
+    assert len(calls) == len(steps) == 2
+    assert set(calls[0].inputs) == {"sample", "timestep", "return_dict"}  # by parameter name
+    assert calls[1].inputs["sample"].array.shape == (1, 1, 8, 8) and calls[1].inputs["sample"].dtype == "float32"
+    assert float(calls[1].inputs["timestep"].array) == side.timesteps[1]
+    np.testing.assert_array_equal(steps[1]["sample"], side.states[0])
+    np.testing.assert_array_equal(steps[1]["prev_sample"], side.states[1])
+    # torch fed its own recording reproduces itself exactly; MindSpore fed it stays local
+    for loaded, limit in ((tiny_pair.torch, 0.0), (tiny_pair.mindspore, 1e-5)):
+        fed = run(loaded, p, feed=side.recording).local_steps
+        assert [r["timestep"] for r in fed] == side.timesteps
+        assert all(r["sample"]["rel_l2"] <= limit and r["model_output"]["rel_l2"] <= limit for r in fed), fed
 
 
 # -- text to image --------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def sd_pair(tiny_sd):
-    return load_pair(tiny(tiny_sd, **PROMPT), quiet=True)
+    return load_pair(tiny(tiny_sd, **PROMPT))
 
 
 @pytest.mark.parametrize("scheduler", [None, "euler-a", "dpm++-2m-sde"])
 def test_stable_diffusion_agrees_with_guidance_and_lockstep(sd_pair, tiny_sd, scheduler):
-    settings = tiny(tiny_sd, scheduler=scheduler, guidance_scale=7.5, **PROMPT)
-    c = compare_loaded(sd_pair, settings, lockstep_mode=True)
+    c = compare_loaded(sd_pair, plan(tiny_sd, lockstep=True, scheduler=scheduler, guidance_scale=7.5, **PROMPT))
     assert c.ran["a"]["pipeline"] == c.ran["b"]["pipeline"] == "StableDiffusionPipeline"
     assert c.ran["a"]["scheduler"] == (schedulers.resolve(scheduler)[0] if scheduler else "PNDMScheduler")
     # the same draws (x init_noise_sigma, computed by each library, for Euler-type schedulers)
@@ -155,45 +164,55 @@ def test_stable_diffusion_agrees_with_guidance_and_lockstep(sd_pair, tiny_sd, sc
 
 def test_stable_diffusion_in_graph_mode_gives_pynatives_bits(sd_pair, tiny_sd):
     """Text encoder, UNet and VAE compiled; their Linear layers as PyNative's (xrand.pipelines.graph_calls)."""
-    settings = tiny(tiny_sd, guidance_scale=7.5, **PROMPT)
-    graph = run(sd_pair.mindspore, settings, mode="graph")
-    pynative = run(sd_pair.mindspore, settings, mode="pynative")
+    graph = run(sd_pair.mindspore, plan(tiny_sd, "graph", guidance_scale=7.5, **PROMPT))
+    pynative = run(sd_pair.mindspore, plan(tiny_sd, "pynative", guidance_scale=7.5, **PROMPT))
     np.testing.assert_array_equal(graph.images, pynative.images)
 
 
 def test_stable_diffusion_guidance_changes_the_images(sd_pair, tiny_sd):
-    guided = run(sd_pair.torch, tiny(tiny_sd, guidance_scale=7.5, **PROMPT))
-    plain = run(sd_pair.torch, tiny(tiny_sd, guidance_scale=1.0, **PROMPT))
+    guided = run(sd_pair.torch, plan(tiny_sd, guidance_scale=7.5, **PROMPT))
+    plain = run(sd_pair.torch, plan(tiny_sd, guidance_scale=1.0, **PROMPT))
     assert np.abs(guided.images - plain.images).max() > 1e-3
 
 
-def test_stable_diffusion_without_prompt_is_a_usage_error(sd_pair, tiny_sd):
-    with pytest.raises(xrand.UsageError, match=r"StableDiffusionPipeline is text to image: give it a prompt "
-                                               r"\(--prompt TEXT"):
-        run(sd_pair.torch, tiny(tiny_sd))
+def test_stable_diffusion_without_prompt_is_a_usage_error(tiny_sd):
+    with pytest.raises(xrand.UsageError, match=r"StableDiffusionPipeline needs a prompt: give it --prompt"):
+        plan(tiny_sd)
+
+
+def test_an_input_the_pipeline_does_not_take_is_refused_naming_the_ones_it_takes(tiny_model):
+    with pytest.raises(xrand.UsageError, match=r"DDIMPipeline takes no prompt \(--prompt 'a cat'\); its inputs: none"):
+        plan(tiny_model, prompt="a cat")
 
 
 # -- bad input --------------------------------------------------------------------------------------------------------
 def test_unknown_scheduler_option_names_it_and_the_accepted_keys(tiny_model):
     with pytest.raises(xrand.UsageError, match=r"EulerDiscreteScheduler has no option 'karras'; accepted: config keys "
                                                r"num_train_timesteps, .*use_karras_sigmas.*; step arguments s_churn"):
-        load("torch", tiny(tiny_model, scheduler="euler", scheduler_options={"karras": True}))
+        plan(tiny_model, scheduler="euler", scheduler_options={"karras": True})
 
 
 def test_a_value_the_scheduler_refuses_is_a_usage_error(tiny_pair, tiny_model):
-    with pytest.raises(xrand.UsageError, match="DPMSolverMultistepScheduler refused the options"):
-        run(tiny_pair.torch, tiny(tiny_model, scheduler="dpm++-2m", scheduler_options={"algorithm_type": "nope"}))
+    with pytest.raises(xrand.UsageError, match="DPMSolverMultistepScheduler refused its config"):
+        run(tiny_pair.torch, plan(tiny_model, scheduler="dpm++-2m", scheduler_options={"algorithm_type": "nope"}))
 
 
-def test_pndm_with_too_few_steps_says_why(tiny_pair, tiny_model):
+def test_pndm_with_too_few_steps_says_why(tiny_model):
     with pytest.raises(xrand.UsageError, match="PNDMScheduler with Runge-Kutta steps needs at least 4 steps, got 2"):
-        run(tiny_pair.torch, tiny(tiny_model, scheduler="pndm"))
+        plan(tiny_model, scheduler="pndm")
 
 
 def test_folder_missing_a_component_names_it(tiny_model):
-    with pytest.raises(xrand.UsageError, match=r"has no vae/; the pipeline needs unet, vae, text_encoder, tokenizer, "
-                                               r"scheduler"):
-        load("torch", tiny(tiny_model, pipeline="stablediffusionpipeline", **PROMPT))
+    with pytest.raises(xrand.UsageError, match=r"declares no vae in model_index.json; StableDiffusionPipeline needs "
+                                               r"unet, vae, text_encoder, tokenizer, scheduler \(the folder is a "
+                                               r"DDIMPipeline folder\)"):
+        plan(tiny_model, pipeline="stablediffusionpipeline", **PROMPT)
+
+
+def test_a_folder_of_another_pipeline_is_refused_before_work(tiny_model, tiny_sd):
+    with pytest.raises(xrand.UsageError, match=r"has a UNet2DConditionModel as its unet; DDIMPipeline takes "
+                                               r"UNet2DModel \(the folder is a StableDiffusionPipeline folder\)"):
+        plan(tiny_sd, pipeline="DDIMPipeline")
 
 
 def test_folder_declaring_a_flow_matching_scheduler_is_refused_before_work(tiny_model, tmp_path):
@@ -201,8 +220,11 @@ def test_folder_declaring_a_flow_matching_scheduler_is_refused_before_work(tiny_
     shutil.copytree(tiny_model, folder)
     path = folder / "scheduler" / "scheduler_config.json"
     path.write_text(json.dumps(dict(json.loads(path.read_text()), _class_name="FlowMatchEulerDiscreteScheduler")))
-    with pytest.raises(xrand.UsageError, match="FlowMatchEulerDiscreteScheduler cannot drive this model"):
-        load("torch", tiny(str(folder)))
+    with pytest.raises(xrand.UsageError, match="scheduler FlowMatchEulerDiscreteScheduler cannot drive DDIMPipeline, "
+                                               "a noise-prediction .* model: it drives a flow-matching"):
+        plan(str(folder))
+    with pytest.raises(xrand.UsageError, match="scheduler FlowMatchEulerDiscreteScheduler cannot drive DDIMPipeline"):
+        plan(tiny_model, scheduler="FlowMatchEulerDiscrete")
 
 
 def test_scheduler_names_aliases_and_options():
@@ -222,27 +244,28 @@ def test_every_listed_scheduler_exists_in_both_libraries():
 
     for name in schedulers.known_names():
         assert hasattr(pt_schedulers, name) and hasattr(ms_schedulers, name), name
-    assert {name for name, _ in schedulers.MATRIX} == set(schedulers.IMAGE_SCHEDULERS)
+    assert {name for name, _ in schedulers.MATRIX} == set(schedulers.NOISE_SCHEDULERS)
+    for kind, matrix in schedulers.MATRICES.items():
+        assert all(schedulers.kind_of(name, options) == kind for name, options in matrix)
 
 
 def test_mindspore_device_target_and_mode_are_restored_after_a_run(tiny_pair, tiny_model):
     before = (ms.get_context("device_target"), ms.get_context("mode"))
-    pair = dataclasses.replace(tiny_pair)
-    pair.mindspore.device = "CPU"
-    run(pair.mindspore, tiny(tiny_model), mode="graph")
+    loaded = dataclasses.replace(tiny_pair.mindspore, device="CPU")
+    run(loaded, plan(tiny_model, "graph"))
     assert (ms.get_context("device_target"), ms.get_context("mode")) == before
 
 
 def test_side_files_carry_the_scheduler_and_what_ran(tiny_pair, tiny_model, tmp_path):
-    from xrand.pipelines.sidefile import load_side, save_side
+    from xrand.compare.sidefile import load_side, save_side
 
-    settings = tiny(tiny_model, scheduler="dpm++-2m-sde", scheduler_options={"use_karras_sigmas": True})
-    a = load_side(save_side(run(tiny_pair.torch, settings), str(tmp_path / "pt.safetensors")))
-    b = load_side(save_side(run(tiny_pair.mindspore, settings), str(tmp_path / "ms.safetensors")))
-    assert a.settings == settings
+    p = plan(tiny_model, scheduler="dpm++-2m-sde", scheduler_options={"use_karras_sigmas": True})
+    a = load_side(save_side(run(tiny_pair.torch, p), str(tmp_path / "pt.safetensors")))
+    b = load_side(save_side(run(tiny_pair.mindspore, p), str(tmp_path / "ms.safetensors")))
+    assert a.settings == p.settings
     assert a.ran["scheduler"] == "DPMSolverMultistepScheduler" and a.ran["scheduler_config"]["use_karras_sigmas"]
     assert compare_sides(a, b).passed
-    other = load_side(save_side(run(tiny_pair.mindspore, tiny(tiny_model, scheduler="euler")),
+    other = load_side(save_side(run(tiny_pair.mindspore, plan(tiny_model, scheduler="euler")),
                                 str(tmp_path / "euler.safetensors")))
     with pytest.raises(xrand.UsageError, match="not comparable: scheduler: 'DPMSolverMultistepScheduler' vs "
                                                "'EulerDiscreteScheduler'"):

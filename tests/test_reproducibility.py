@@ -71,7 +71,7 @@ def test_short_ddim_run_is_bitwise_repeatable(backend, tmp_path):
                               "--steps", "2", "--batch-size", "2", "--eta", "1", "--quiet", "--out", str(path)],
                              capture_output=True, text=True, env=env, timeout=600)
         assert out.returncode == 0, out.stderr
-        from xrand.pipelines.sidefile import load_side
+        from xrand.compare.sidefile import load_side
 
         side = load_side(str(path))
         sides.append(side)

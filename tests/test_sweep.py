@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 
 from xrand.cli import default_model, main
+from xrand.compare import make_plan
 from xrand.pipelines import schedulers
 from xrand.pipelines.settings import Settings
-from xrand.pipelines.sweep import ResultsFolder, parse_schedulers, parse_seeds, quantiles, row_label, wilson
+from xrand.sweep import ResultsFolder, parse_schedulers, parse_seeds, quantiles, row_label, wilson
 
 pytest.importorskip("torch")
 pytest.importorskip("mindone.diffusers")
@@ -240,11 +241,13 @@ def free_port():
     (["--seeds", "0-3", "--scheduler", "ddim,warp"], "unknown scheduler 'warp'; accepted: DDIMScheduler, "),
     (["--seeds", "0-3", "--scheduler", "ddim,,euler"], "--scheduler 'ddim,,euler': an empty name"),
     (["--seeds", "0-3", "--scheduler", "flowmatcheulerdiscrete"],
-     "scheduler FlowMatchEulerDiscreteScheduler cannot drive this model"),
+     "scheduler FlowMatchEulerDiscreteScheduler cannot drive DDIMPipeline"),
     (["--seeds", "0-3", "--scheduler", "all", "--scheduler-option", "eta=1"],
      "--scheduler-option cannot be combined with --scheduler all"),
     (["--seeds", "0-3", "--scheduler-option", "karras"], "scheduler option 'karras': expected KEY=VALUE"),
-    (["--seeds", "0-3", "--pipeline", "StableDiffusionPipeline"], "StableDiffusionPipeline is text to image"),
+    (["--seeds", "0-3", "--pipeline", "StableDiffusionPipeline", "--prompt", "x"],
+     "declares no vae in model_index.json; StableDiffusionPipeline needs"),
+    (["--seeds", "0-3", "--prompt", "x"], "DDIMPipeline takes no prompt"),
     (["--seeds", "0-3", "--seed", "4"], "--seed 4: a sweep takes --seeds"),
     (["--seeds", "0-3", "--ray-address", "127.0.0.1:1"], "needs --engine ray"),
     (["--seeds", "0-3", "--steps", "0"], "steps must be a positive integer, got 0"),
@@ -288,7 +291,7 @@ def test_seeds_are_inclusive_ranges_and_lists():
 
 
 def test_schedulers_take_compares_names_aliases_and_all_with_their_options():
-    settings = Settings(model=default_model(), steps=2, batch_size=1)
+    settings = make_plan(Settings(model=default_model(), steps=2, batch_size=1))
     assert parse_schedulers(None, settings) == [DDIM]  # the folder's own
     assert parse_schedulers("ddim, DDIMScheduler,euler-a", settings) == [DDIM, EULER_A]
     assert parse_schedulers("dpm++-2m-karras", settings) == [
@@ -297,16 +300,17 @@ def test_schedulers_take_compares_names_aliases_and_all_with_their_options():
     assert len(everything) == len(schedulers.MATRIX)
     assert everything[:2] == [DDIM, 'DDIMScheduler {"eta": 1.0}']
     # --scheduler-option goes into every entry, over an alias's own options
-    given = Settings(model=default_model(), scheduler_options={"timestep_spacing": "trailing"})
-    assert parse_schedulers("ddim,dpm++-2m", given) == [
+    assert parse_schedulers("ddim,dpm++-2m", settings, {"timestep_spacing": "trailing"}) == [
         'DDIMScheduler {"timestep_spacing": "trailing"}',
         'DPMSolverMultistepScheduler {"algorithm_type": "dpmsolver++", "timestep_spacing": "trailing"}']
-    given = Settings(model=default_model(), scheduler_options={"algorithm_type": "dpmsolver"})
-    assert parse_schedulers("dpm++-2m", given) == ['DPMSolverMultistepScheduler {"algorithm_type": "dpmsolver"}']
+    assert parse_schedulers("dpm++-2m", settings, {"algorithm_type": "dpmsolver"}) == [
+        'DPMSolverMultistepScheduler {"algorithm_type": "dpmsolver"}']
     with pytest.raises(ValueError, match="unknown scheduler 'warp'"):
         parse_schedulers("ddim,warp", settings)
-    with pytest.raises(ValueError, match="its scheduler is not known before loading; name one with --scheduler"):
-        parse_schedulers(None, Settings(model="some-org/some-model"))
+    with pytest.raises(ValueError, match="cannot drive DDIMPipeline"):
+        parse_schedulers("ddim,flowmatcheulerdiscrete", settings)
+    with pytest.raises(ValueError, match="PNDMScheduler with Runge-Kutta steps needs at least 4 steps, got 2"):
+        parse_schedulers("pndm", settings)
 
 
 def test_wilson_interval_and_bad_side_quantiles():
@@ -365,7 +369,7 @@ class _ScriptedPool:
 
 
 def test_a_dead_workers_cells_in_flight_are_handed_out_again_and_only_the_running_one_counts_as_tried():
-    from xrand.pipelines.sweep.run import schedule
+    from xrand.sweep.run import schedule
 
     pool, rows = _ScriptedPool(), []
     schedule(pool, [(seed, "ddim") for seed in range(6)], 2, rows.append)
@@ -375,15 +379,15 @@ def test_a_dead_workers_cells_in_flight_are_handed_out_again_and_only_the_runnin
 
 
 def test_a_sweep_whose_every_cell_failed_to_run_still_writes_its_summary_and_picture(tmp_path):
-    from xrand.pipelines.sweep import SweepConfig
-    from xrand.pipelines.sweep.cells import error_row
-    from xrand.pipelines.sweep.results import SweepResult
-    from xrand.pipelines.sweep.summary import write_summary
+    from xrand.sweep import SweepConfig
+    from xrand.sweep.cells import error_row
+    from xrand.sweep.results import SweepResult
+    from xrand.sweep.summary import write_summary
 
     cells = [(0, "DDIMScheduler"), (1, "DDIMScheduler")]
     rows = {cell: error_row(cell, "worker process 7 died (killed by SIGKILL), twice: not retried again")
             for cell in cells}
-    summary = write_summary(str(tmp_path), SweepConfig(Settings(model=default_model())),
+    summary = write_summary(str(tmp_path), SweepConfig(make_plan(Settings(model=default_model()))),
                             SweepResult(cells=cells, rows=rows, ran=2))
     assert summary["verdict"] == "fail" and summary["schedulers"]["DDIMScheduler"]["errors"] == 2
     assert (tmp_path / "sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -27,10 +27,9 @@ def import_frameworks(names: List[str]) -> None:
         framework(name).import_library()
 
 
-def _settings(args, **override) -> "Settings":
+def _settings(args, **override):
     from .pipelines.schedulers import parse_option
     from .pipelines.settings import Settings
-    from .pipelines.sides import check_settings
 
     options = dict(parse_option(text) for text in args.scheduler_option or [])
     values = dict(model=args.model or default_model(), steps=args.steps, seed=args.seed,
@@ -39,13 +38,22 @@ def _settings(args, **override) -> "Settings":
                   negative_prompt=args.negative_prompt, guidance_scale=args.guidance_scale, height=args.height,
                   width=args.width)
     values.update(override)
-    settings = Settings(**values)
-    check_settings(settings)  # before the frameworks' imports (seconds)
-    return settings
+    return Settings(**values)
+
+
+def _plan(args, frameworks=("torch", "mindspore"), layers=None, noise_floor=None, **override):
+    """The command line's settings and options, resolved once (every check before any model loads);
+    ``override``: settings fields that replace the command line's."""
+    from .compare.plan import make_plan
+
+    if noise_floor is None:
+        noise_floor = not getattr(args, "no_noise_floor", True)
+    return make_plan(_settings(args, **override), frameworks=frameworks, devices=_devices(args.device),
+                     tolerance=getattr(args, "tolerance", None), mindspore_mode=args.mindspore_mode,
+                     lockstep=getattr(args, "lockstep", False), layers=layers, noise_floor=noise_floor)
 
 
 def _devices(pairs: List[str]) -> Dict[str, str]:
-    from .backends.mindspore import device_target
     from .pipelines.frameworks import FRAMEWORKS
 
     devices = {}
@@ -54,8 +62,6 @@ def _devices(pairs: List[str]) -> Dict[str, str]:
         if not sep or framework not in FRAMEWORKS or not device:
             raise UsageError(f"--device {pair!r}: expected FRAMEWORK=DEVICE with FRAMEWORK one of "
                              f"{', '.join(FRAMEWORKS)}, e.g. torch=cuda:0 or mindspore=Ascend")
-        if framework == "mindspore":
-            device_target(device)
         devices[framework] = device
     return devices
 
@@ -66,19 +72,20 @@ def _say(args, text: str) -> None:
 
 
 def cmd_compare(args) -> int:
-    from .pipelines.compare import check_tolerance, compare_frameworks, compare_sides
-    from .pipelines.report import write_report
+    from .compare import compare_frameworks, compare_sides
+    from .report.compare import write_report
 
-    if args.tolerance is not None:
-        check_tolerance(args.tolerance)
     out_dir = args.out or time.strftime("xrand-compare-%Y%m%d-%H%M%S")
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise UsageError(f"--out {out_dir!r} exists and is not a folder")
     if args.files:
         if len(args.files) != 2:
             raise UsageError(f"compare takes two side files (from 'xrand run'), got {len(args.files)}")
-        from .pipelines.sidefile import load_side
+        from .compare.plan import check_tolerance
+        from .compare.sidefile import load_side
 
+        if args.tolerance is not None:
+            check_tolerance(args.tolerance)
         a, b = (load_side(path) for path in args.files)
         if args.lockstep:
             raise UsageError("--lockstep needs both frameworks in one process; it cannot work from side files")
@@ -88,15 +95,10 @@ def cmd_compare(args) -> int:
     elif (args.scheduler or "").lower() == "all":
         return _compare_matrix(args, out_dir)
     else:
-        devices = _devices(args.device)
-        settings = _settings(args)
-        _say(args, f"xrand: comparing diffusers (torch) and mindone.diffusers (MindSpore) on {settings.model}")
+        plan = _plan(args, layers=_layer_options(args))
+        _say(args, f"xrand: comparing diffusers (torch) and mindone.diffusers (MindSpore) on {plan.folder.path}")
         import_frameworks(["torch", "mindspore"])
-        comparison = compare_frameworks(settings, torch_device=devices.get("torch", "cpu"),
-                                        mindspore_device=devices.get("mindspore"), tolerance=args.tolerance,
-                                        lockstep_mode=args.lockstep, quiet=args.quiet,
-                                        mindspore_mode=args.mindspore_mode, layers=_layer_options(args),
-                                        noise_floor=not args.no_noise_floor)
+        comparison = compare_frameworks(plan, quiet=args.quiet)
     paths = write_report(comparison, out_dir)
     verdict = [comparison.verdict()] + ([] if comparison.layers is None else [comparison.layers.summary()])
     return _finish(args, comparison.passed, verdict, "report and pictures", out_dir, paths)
@@ -114,7 +116,7 @@ def _finish(args, passed: bool, verdict: List[str], what: str, out_dir: str, pat
 
 def _layer_options(args):
     """compare --layers and its companions as a LayerOptions (None without --layers)."""
-    from .pipelines.layers import LayerOptions
+    from .compare.layers import LayerOptions
 
     names = [n for value in args.layers_module or [] for n in value.split(",") if n]
     if not args.layers:
@@ -129,52 +131,47 @@ def _layer_options(args):
 
 
 def _compare_matrix(args, out_dir: str) -> int:
-    """``--scheduler all``: every shared image scheduler, one row each, matrix.json/.md/.png."""
-    from .pipelines.matrix import run_matrix, write_matrix
+    """``--scheduler all``: every shared scheduler that fits the model, one row each, matrix.json/.md/.png."""
+    from .compare.matrix import run_matrix
+    from .report.matrix import write_matrix
 
     if args.scheduler_option:
         raise UsageError("--scheduler-option cannot be combined with --scheduler all (each row has its own options)")
     if args.layers or _layer_options(args) is not None:
         raise UsageError("--layers cannot be combined with --scheduler all; give one scheduler with --scheduler NAME")
-    devices = _devices(args.device)
-    settings = _settings(args, scheduler=None)
-    _say(args, f"xrand: every shared scheduler on {settings.model}, diffusers (torch) vs mindone.diffusers "
-               f"(MindSpore), {settings.steps} steps")
+    plan = _plan(args, scheduler=None, noise_floor=False)
+    _say(args, f"xrand: every shared scheduler on {plan.folder.path}, diffusers (torch) vs mindone.diffusers "
+               f"(MindSpore), {plan.settings.steps} steps")
     import_frameworks(["torch", "mindspore"])
 
     def progress(row):
         _say(args, f"  {row.verdict.upper():5} {row.label:<60} rel L2 "
                    f"{'-' if row.rel_l2 is None else format(row.rel_l2, '.2g')}{' ' + row.error if row.error else ''}")
 
-    m = run_matrix(settings, tolerance=args.tolerance, lockstep_mode=args.lockstep,
-                   torch_device=devices.get("torch", "cpu"), mindspore_device=devices.get("mindspore"),
-                   quiet=True, mindspore_mode=args.mindspore_mode, progress=progress)
+    m = run_matrix(plan, progress=progress)
     return _finish(args, m.passed, [m.summary()], "matrix", out_dir, write_matrix(m, out_dir))
 
 
 def cmd_run(args) -> int:
+    from .compare.sidefile import save_side
+    from .compare.sides import run_side
     from .pipelines.frameworks import FRAMEWORKS
-    from .pipelines.sidefile import save_side
-    from .pipelines.sides import run_side
 
     if args.backend not in FRAMEWORKS:
         raise UsageError(f"--backend {args.backend!r}: accepted: {', '.join(FRAMEWORKS)}")
     if (args.scheduler or "").lower() == "all":
         raise UsageError("--scheduler all needs both frameworks: use it with 'xrand compare'")
-    device = _devices(args.device).get(args.backend)
-    settings = _settings(args)
+    plan = _plan(args, frameworks=(args.backend,))
     import_frameworks([args.backend])
-    side = run_side(args.backend, settings, device=device, quiet=args.quiet, mode=args.mindspore_mode)
+    side = run_side(plan, args.backend, quiet=args.quiet)
     save_side(side, args.out)
-    _say(args, f"xrand: {args.backend} side of {settings.steps} steps written to {args.out} "
+    _say(args, f"xrand: {args.backend} side of {plan.settings.steps} steps written to {args.out} "
                f"({side.seconds:.2f} s)")
     return 0
 
 
 def cmd_sweep(args) -> int:
-    from .pipelines.compare import check_tolerance
-    from .pipelines.frameworks import check_mindspore_mode
-    from .pipelines.sweep import SweepConfig, check_engine, check_workers, parse_schedulers, parse_seeds, run_sweep
+    from .sweep import SweepConfig, check_engine, check_workers, parse_schedulers, parse_seeds, run_sweep
 
     if args.seed is not None:
         raise UsageError(f"--seed {args.seed}: a sweep takes --seeds (A-B inclusive or a comma list, e.g. 0-99)")
@@ -183,16 +180,12 @@ def cmd_sweep(args) -> int:
     check_engine(args.engine)
     if args.ray_address and args.engine != "ray":
         raise UsageError(f"--ray-address {args.ray_address!r} needs --engine ray")
-    if args.tolerance is not None:
-        check_tolerance(args.tolerance)
-    check_mindspore_mode(args.mindspore_mode)
-    devices = _devices(args.device)
-    # every compare setting, checked as compare checks it, with the first seed and the folder's scheduler;
-    # each cell gets its own seed and scheduler
-    settings = _settings(args, seed=seeds[0], scheduler=None)
-    schedulers = parse_schedulers(args.scheduler, settings)
-    config = SweepConfig(settings=settings, tolerance=args.tolerance, mindspore_mode=args.mindspore_mode,
-                         torch_device=devices.get("torch", "cpu"), mindspore_device=devices.get("mindspore"))
+    # every compare setting, planned as compare plans it, with the first seed and the folder's
+    # scheduler; each cell gets its own seed, scheduler and the --scheduler-option values
+    options = _settings(args, seed=seeds[0], scheduler=None).scheduler_options
+    plan = _plan(args, seed=seeds[0], scheduler=None, scheduler_options={}, noise_floor=False)
+    schedulers = parse_schedulers(args.scheduler, plan, options)
+    config = SweepConfig(plan=plan, scheduler_options=options)
     result = run_sweep(config, seeds, schedulers, args.out, workers=args.workers, engine=args.engine,
                        ray_address=args.ray_address, progress=not args.quiet)
     per = result.summary["schedulers"]
@@ -216,10 +209,10 @@ def cmd_sweep(args) -> int:
 
 def cmd_doctor(args) -> int:
     from .pipelines.environment import fingerprint
+    from .pipelines.frameworks import FRAMEWORKS
     from .registry import available_backends, get_backend
 
     rows = available_backends()
-    from .pipelines.frameworks import FRAMEWORKS
 
     usable = [r.name for r in rows if r.available and r.name in FRAMEWORKS]
     import_frameworks(usable)
@@ -265,12 +258,12 @@ def _default(name: str):
 
 def _add_settings(p: argparse.ArgumentParser) -> None:
     from .pipelines.frameworks import DEFAULT_MINDSPORE_MODE, MINDSPORE_MODES
-    from .pipelines.recipes import PIPELINES
+    from .pipelines.recipes import pipelines
     from .pipelines.settings import DTYPES
     from .streams import DEFAULT_STREAM
 
     p.add_argument("--model", help="local diffusers folder or hub id (default: the embedded digits model)")
-    p.add_argument("--pipeline", help=f"pipeline class ({', '.join(PIPELINES)}; default: the folder's "
+    p.add_argument("--pipeline", help=f"pipeline class ({', '.join(pipelines())}; default: the folder's "
                                       "model_index.json)")
     p.add_argument("--scheduler", help="scheduler class name (any case) or alias such as euler-a, dpm++-2m-sde; "
                                        "'all' (compare, sweep) runs every shared scheduler; sweep takes NAME,NAME... "
@@ -289,8 +282,8 @@ def _add_settings(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default=_default("dtype"), choices=list(DTYPES), help="model dtype")
     p.add_argument("--prompt", help="text prompt (text-to-image pipelines)")
     p.add_argument("--negative-prompt", help="negative prompt (text-to-image pipelines)")
-    p.add_argument("--guidance-scale", type=float, default=_default("guidance_scale"),
-                   help=f"classifier-free guidance scale (default {_default('guidance_scale')})")
+    p.add_argument("--guidance-scale", type=float,
+                   help="classifier-free guidance scale (text-to-image; default: the pipeline's)")
     p.add_argument("--height", type=int, help="image height (text-to-image; default: the model's)")
     p.add_argument("--width", type=int, help="image width (text-to-image; default: the model's)")
     p.add_argument("--device", action="append", metavar="FRAMEWORK=DEVICE",

@@ -1,18 +1,21 @@
-"""The two frameworks a comparison runs, each behind the same few calls.
+"""The two frameworks a comparison runs, each behind the same calls: everything that differs
+between torch and MindSpore above the noise layer lives in these two classes.
 
-A recipe or the generic denoising loop never asks which framework it drives: it calls
-``fw.randn``, ``fw.tensor``, ``fw.to_numpy`` and the library's own classes from ``fw.library``
-(``diffusers`` on torch, ``mindone.diffusers`` on MindSpore, which use the same class names).
+A recipe, the generic loop, recording and lockstep never ask which framework they drive: they
+call ``fw.load_pipeline``, ``fw.randn``, ``fw.tensor``, ``fw.to_numpy``, ``fw.running`` and the
+library's own classes from ``fw.import_library()`` (``diffusers`` on torch,
+``mindone.diffusers`` on MindSpore, which use the same class names).
 """
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
-from typing import Any, Iterator, Optional, Tuple
+from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
 
 import numpy as np
 
-from ..checks import check_choice
+from ..checks import UsageError, check_choice
 from ..registry import backend
 from .quiet import silenced
 
@@ -20,8 +23,8 @@ from .quiet import silenced
 FRAMEWORKS: Tuple[str, ...] = ("torch", "mindspore")
 MINDSPORE_MODES: Tuple[str, ...] = ("pynative", "graph")
 #: What a comparison runs MindSpore in unless told otherwise: graph mode, its compiled graphs
-#: kept between processes by .graph_cache (within 1e-6 relative L2 of PyNative; several times
-#: faster per step on a CPU, benchmarks/RESULTS.md figure 5).
+#: kept between processes by .graph_cache (PyNative's bits on a CPU, see .graph_calls; faster
+#: per step, benchmarks/RESULTS.md figure 5).
 DEFAULT_MINDSPORE_MODE = "graph"
 
 
@@ -37,10 +40,9 @@ def check_mindspore_mode(mode: Any) -> str:
 def mindspore_mode(mode: str) -> Iterator[None]:
     """MindSpore's execution mode inside the block, the previous one after it.
 
-    ``"graph"`` compiles each Cell (the UNet) on its first call: a few seconds once (or loaded
-    from :mod:`.graph_cache` around a run), then a step costs a fraction of PyNative's on a CPU
-    (benchmarks/RESULTS.md, figure 5). On a CPU its Linear layers compute as PyNative's do, and
-    its calls skip a slow per-call walk of the sub-cells (:mod:`.graph_calls`).
+    ``"graph"`` compiles each Cell (the denoiser) on its first call (or loads it from
+    :mod:`.graph_cache` around a run); on a CPU its Linear layers compute as PyNative's do, and
+    its calls skip a per-call walk of the sub-cells (:mod:`.graph_calls`).
     """
     import mindspore as ms
 
@@ -58,16 +60,25 @@ def mindspore_mode(mode: str) -> Iterator[None]:
             ms.set_context(mode=previous)
 
 
+@contextlib.contextmanager
+def _load_errors(model: str, library: str) -> Iterator[None]:
+    """A model that fails to load (corrupt weights, bad config) is a usage error."""
+    try:
+        yield
+    except (OSError, ValueError, KeyError) as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UsageError(f"{library} could not load the model {model!r}: {first_line}") from exc
+
+
 class Framework:
-    """One framework and its diffusion library, as the pipelines layer uses them.
+    """One framework and its diffusion library, as the pipelines and comparison layers use them.
 
     What belongs to the framework itself (its dtypes, reading a tensor) is its xrand backend's;
-    this adds what belongs to the diffusion library.
+    this adds what belongs to the diffusion library and to running a pipeline.
     """
 
     name: str = ""
     library: str = ""  # the diffusion library's package, e.g. "diffusers"
-    transformers: str = ""  # its transformers package (text encoders)
 
     def import_library(self) -> Any:
         with silenced():
@@ -76,112 +87,206 @@ class Framework:
     def dtype(self, name: str) -> Any:
         return backend(self.name).dtype(name)
 
-    def dtype_argument(self) -> str:
-        """``from_pretrained``'s keyword for the dtype."""
+    def check_device(self, device: Optional[str]) -> Optional[str]:
+        """The device as this framework names it (refused with the accepted ones)."""
+        return device
+
+    def device_name(self, device: Optional[str]) -> str:
+        """The device a side ran on, for the report."""
         raise NotImplementedError
+
+    def load_pipeline(self, cls_name: str, path: str, dtype: str, device: Optional[str],
+                      arguments: Mapping[str, Any]) -> Any:
+        """``cls_name.from_pretrained(path)`` from the library, in ``dtype`` on ``device``."""
+        library = self.import_library()
+        with self.running(device, "pynative"), silenced():
+            self.prepare()
+            cls = getattr(library, cls_name)  # a lazy attribute: imports the pipeline's modules (chatty)
+            with _load_errors(path, self.library):
+                pipe = cls.from_pretrained(path, **{self._dtype_argument: self.dtype(dtype)}, **arguments)
+        return self._placed(pipe, device)
+
+    _dtype_argument = ""
+
+    def prepare(self) -> None:
+        """Once before loading a model."""
+
+    def _placed(self, pipe: Any, device: Optional[str]) -> Any:
+        return pipe
 
     def randn(self, shape: Tuple[int, ...], generator: Any, dtype: Any, device: Any = None) -> Any:
         """The library's own ``randn_tensor`` (looked up at call time, so ``xrand.patched()`` applies)."""
         raise NotImplementedError
 
-    def tensor(self, array: np.ndarray, dtype: Any, device: Any = None) -> Any:
+    def tensor(self, array: np.ndarray, dtype: Optional[str] = None, device: Any = None) -> Any:
+        """A tensor of ``array``'s values in ``dtype``, a name such as ``"bfloat16"`` or ``"int64"``
+        (None: the array's own)."""
+        raise NotImplementedError
+
+    def is_tensor(self, value: Any) -> bool:
         raise NotImplementedError
 
     def to_numpy(self, tensor: Any) -> np.ndarray:
         """The values as float32 (float16 and bfloat16 widened), whatever the device."""
         return backend(self.name).to_numpy(tensor).astype(np.float32, copy=False)
 
-    def cat(self, tensors: list) -> Any:
+    def capture(self, tensor: Any) -> Tuple[np.ndarray, str]:
+        """``(values, dtype name)``: a copy of the exact values (bfloat16 held as float32) and the
+        tensor's dtype, so :meth:`tensor` makes the same tensor again."""
+        return np.array(backend(self.name).to_numpy(tensor)), self.dtype_of(tensor)
+
+    def dtype_of(self, tensor: Any) -> str:
+        """A tensor's dtype as a name (``"float32"``, ``"int64"``, ``"bool"``)."""
         raise NotImplementedError
 
-    def chunk2(self, tensor: Any) -> Tuple[Any, Any]:
-        """Two halves along the batch dimension (classifier-free guidance)."""
-        half = tensor.shape[0] // 2
-        return tensor[:half], tensor[half:]
-
-    def context(self, device: Optional[str], mode: str) -> contextlib.AbstractContextManager:
-        """Everything set around loading and running (no gradients, MindSpore's target and mode)."""
+    def forward_of(self, module: Any) -> Any:
+        """The method a module's call runs (torch's ``forward``, MindSpore's ``construct``)."""
         raise NotImplementedError
 
-    def prepare(self) -> None:
-        """Once before loading a model."""
-
-    def model_device(self, pipe: Any) -> Any:
+    def pipeline_device(self, pipe: Any) -> Any:
+        """Where the pipeline's tensors are made (None: the framework's context decides)."""
         return None
+
+    def running(self, device: Optional[str], mode: str, identity: Optional[Mapping[str, Any]] = None
+                ) -> contextlib.AbstractContextManager:
+        """Everything set around loading and running (no gradients; MindSpore's target, mode and
+        compile cache). Yields a dict the run's environment is read from (:meth:`environment`)."""
+        raise NotImplementedError
+
+    def environment(self, mode: str, state: Mapping[str, str]) -> Dict[str, Any]:
+        """What a run in ``mode`` reports beyond versions (MindSpore: its mode, cache, oneDNN)."""
+        return {}
 
 
 class Torch(Framework):
     name = "torch"
     library = "diffusers"
-    transformers = "transformers"
+    _dtype_argument = "torch_dtype"
 
-    def dtype_argument(self):
-        return "torch_dtype"
+    def check_device(self, device):
+        return device or "cpu"
+
+    def device_name(self, device):
+        return str(device or "cpu")
+
+    def _placed(self, pipe, device):
+        return pipe.to(device or "cpu")
 
     def randn(self, shape, generator, dtype, device=None):
         from diffusers.utils import torch_utils
 
         return torch_utils.randn_tensor(shape, generator=generator, device=device, dtype=dtype)
 
-    def tensor(self, array, dtype, device=None):
+    def tensor(self, array, dtype=None, device=None):
         import torch
 
-        return torch.from_numpy(np.ascontiguousarray(array)).to(device=device, dtype=dtype)
+        out = torch.from_numpy(np.ascontiguousarray(array))
+        return out.to(device=device, dtype=None if dtype is None else getattr(torch, dtype))
 
-    def cat(self, tensors):
+    def is_tensor(self, value):
         import torch
 
-        return torch.cat(tensors)
+        return isinstance(value, torch.Tensor)
+
+    def dtype_of(self, tensor):
+        return str(tensor.dtype).replace("torch.", "")
+
+    def forward_of(self, module):
+        return module.forward
+
+    def pipeline_device(self, pipe):
+        return pipe.device
 
     @contextlib.contextmanager
-    def context(self, device, mode):
+    def running(self, device, mode, identity=None):
         import torch
 
         with torch.no_grad():
-            yield
-
-    def model_device(self, pipe):
-        return pipe.unet.device if hasattr(pipe, "unet") else None
+            yield {}
 
 
 class MindSpore(Framework):
     name = "mindspore"
     library = "mindone.diffusers"
-    transformers = "mindone.transformers"
+    _dtype_argument = "mindspore_dtype"
 
-    def dtype_argument(self):
-        return "mindspore_dtype"
+    def check_device(self, device):
+        from ..backends.mindspore import device_target
+
+        return None if device is None else device_target(device)
+
+    def device_name(self, device):
+        if device is not None:
+            return device
+        import mindspore as ms
+
+        return ms.get_context("device_target")
+
+    def prepare(self):
+        from .. import mindspore_cpu
+
+        mindspore_cpu.install()  # no-op unless MindSpore runs on a CPU
+        # Synchronous launch and oneDNN at AVX2 (a fast Conv2D): each can be set once per
+        # process, so a process that already chose keeps its choice.
+        mindspore_cpu.tune_cpu_runtime()
 
     def randn(self, shape, generator, dtype, device=None):
         from mindone.diffusers.utils import mindspore_utils
 
         return mindspore_utils.randn_tensor(shape, generator=generator, dtype=dtype)
 
-    def tensor(self, array, dtype, device=None):
+    def tensor(self, array, dtype=None, device=None):
         import mindspore as ms
 
-        return ms.tensor(np.ascontiguousarray(array), dtype=dtype)
+        if dtype is None:
+            return ms.tensor(np.ascontiguousarray(array))
+        return ms.tensor(np.ascontiguousarray(array), dtype=ms.bool_ if dtype == "bool" else getattr(ms, dtype))
 
-    def cat(self, tensors):
-        from mindspore import ops
+    def is_tensor(self, value):
+        import mindspore as ms
 
-        return ops.cat(tensors)
+        return isinstance(value, ms.Tensor)
+
+    def dtype_of(self, tensor):
+        return str(tensor.dtype).lower()
+
+    def forward_of(self, module):
+        return module.construct
 
     @contextlib.contextmanager
-    def context(self, device, mode):
+    def running(self, device, mode, identity=None):
         from ..backends.mindspore import use_device_target
 
         check_mindspore_mode(mode)
         with use_device_target(device), mindspore_mode(mode):
-            yield
+            if mode != "graph" or identity is None:
+                yield {}
+                return
+            from .graph_cache import compile_cache
 
-    def prepare(self):
-        from .. import mindspore_cpu
+            # MindSpore's graph compile calls gc.collect(), which walks every object of the
+            # loaded libraries and models; frozen, they are skipped (benchmarks/RESULTS.md,
+            # figure 5). Left alone if the caller froze the heap itself.
+            freeze = gc.get_freeze_count() == 0
+            if freeze:
+                gc.freeze()
+            try:
+                with compile_cache(identity) as state:
+                    yield state
+            finally:
+                if freeze:
+                    gc.unfreeze()
 
-        mindspore_cpu.install()  # no-op unless MindSpore runs on a CPU
-        # Synchronous launch (about 10x faster per step on a CPU) and oneDNN at AVX2 (a fast
-        # Conv2D): each can be set once per process, so a process that already chose keeps its choice.
-        mindspore_cpu.tune_cpu_runtime()
+    def environment(self, mode, state):
+        from ..mindspore_cpu import onednn_isa
+
+        out: Dict[str, Any] = {"mindspore_mode": mode}
+        if "status" in state:
+            out["mindspore_compile_cache"] = state["status"]
+        isa = onednn_isa()
+        if isa is not None:
+            out["mindspore_onednn_isa"] = isa
+        return out
 
 
 _FRAMEWORKS = {"torch": Torch(), "mindspore": MindSpore()}

@@ -28,7 +28,6 @@ report says why (``mindspore_compile_cache``); the numbers are the same either w
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hashlib
 import json
 import os
@@ -36,11 +35,10 @@ import platform
 import shutil
 import sys
 import tempfile
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Dict, Iterator, Mapping, Optional
 
 CACHE_DIR_VARIABLE = "XRAND_CACHE_DIR"
 SUBFOLDER = "mindspore-graphs"
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".ckpt", ".pt", ".pth", ".msgpack", ".h5")
 OFF_TAKEN = ("off: MindSpore reads one compile-cache folder per process, and an earlier run of this process "
              "used it; compiled now")
 _MINDSPORE_VARIABLES = ("MS_COMPILER_CACHE_ENABLE", "MS_COMPILER_CACHE_PATH", "MS_DEV_FORCE_USE_COMPILE_CACHE")
@@ -72,43 +70,27 @@ def source_digest() -> str:
     return digest.hexdigest()
 
 
-def model_digest(model: str) -> str:
-    """sha256 over every file of a model folder but its weights (configs, tokenizer files)."""
-    digest = hashlib.sha256()
-    for folder, dirs, files in sorted(os.walk(model)):
-        dirs.sort()
-        for name in sorted(files):
-            if not name.endswith(WEIGHT_SUFFIXES):
-                path = os.path.join(folder, name)
-                digest.update(os.path.relpath(path, model).encode() + b"\0")
-                with open(path, "rb") as f:
-                    digest.update(hashlib.sha256(f.read()).digest())
-    return digest.hexdigest()
-
-
-def key_parts(settings: Any, pipeline: str, scheduler: str) -> Dict[str, Any]:
-    """Everything :func:`cache_key` hashes, readable (the model folder must exist)."""
+def key_parts(identity: Mapping[str, Any]) -> Dict[str, Any]:
+    """Everything :func:`cache_key` hashes, readable: the run's ``identity`` (the model folder's
+    digest, the pipeline, the scheduler, every setting but the seed; made by the plan) and what
+    this process compiles with."""
     import mindone
     import mindspore as ms
 
     from .._version import __version__
     from ..mindspore_cpu import onednn_isa
 
-    values = dataclasses.asdict(settings)
-    values.pop("seed")  # the noise is an input of the graph, not part of it
-    values.pop("model")
     return {
         "xrand": __version__, "xrand_source": source_digest(),
         "mindspore": ms.__version__, "mindone": mindone.__version__,
         "python": "%d.%d" % sys.version_info[:2], "machine": platform.machine(),
         "device_target": ms.get_context("device_target"), "onednn_isa": onednn_isa(),
-        "model": model_digest(settings.model), "pipeline": pipeline, "scheduler": scheduler,
-        "settings": values,
+        **identity,
     }
 
 
-def cache_key(settings: Any, pipeline: str, scheduler: str) -> str:
-    text = json.dumps(key_parts(settings, pipeline, scheduler), sort_keys=True, default=repr)
+def cache_key(identity: Mapping[str, Any]) -> str:
+    text = json.dumps(key_parts(identity), sort_keys=True, default=repr)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
@@ -150,7 +132,7 @@ def _has_files(folder: str) -> bool:
 
 
 @contextlib.contextmanager
-def compile_cache(settings: Any, pipeline: str, scheduler: str) -> Iterator[Dict[str, str]]:
+def compile_cache(identity: Mapping[str, Any]) -> Iterator[Dict[str, str]]:
     """Around one graph-mode run: MindSpore's compile cache in this run's keyed folder.
 
     Yields a dict whose ``"status"`` says what the cache did, for the report's
@@ -162,16 +144,12 @@ def compile_cache(settings: Any, pipeline: str, scheduler: str) -> Iterator[Dict
         state["status"] = OFF_TAKEN
         yield state
         return
-    if not os.path.isdir(settings.model):
-        state["status"] = f"off: {settings.model!r} is a hub id, with no local config to key the cache by"
-        yield state
-        return
     if _mindspore_cache_set_elsewhere():
         state["status"] = "off: MindSpore's own compile cache is on (MS_COMPILER_CACHE_ENABLE), xrand leaves it"
         yield state
         return
     root = cache_root()
-    key = cache_key(settings, pipeline, scheduler)
+    key = cache_key(identity)
     folder = os.path.join(root, key)
     if os.path.isdir(folder):
         _taken = key

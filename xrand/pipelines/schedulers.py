@@ -1,8 +1,13 @@
-"""Scheduler names, aliases and options: which scheduler a side runs and how it is built.
+"""Scheduler names, aliases, kinds and options: which scheduler a side runs and how it is built.
 
 Both libraries ship the same scheduler classes under the same names, and both swap one in with
 ``Cls.from_config(pipeline.scheduler.config, **options)``. Names and aliases are checked here
-without importing either library; option keys are checked against the class once it is loaded.
+without importing either library; option keys are checked against the class.
+
+A scheduler is of one kind: it drives a noise-prediction model (epsilon, v or sample
+prediction on discrete timesteps: the UNets of DDPM, Stable Diffusion, SDXL) or a flow-matching
+model (a velocity: SD3, Flux, Wan). A recipe says which kind its denoiser is; a scheduler of the
+other kind, or of none, is refused before any work (:func:`check_fits`).
 """
 from __future__ import annotations
 
@@ -12,8 +17,11 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from ..checks import UsageError, UsageTypeError
 
-#: Every shared scheduler that drives an epsilon- or v-prediction image UNet (issue 10's list).
-IMAGE_SCHEDULERS: Tuple[str, ...] = (
+NOISE, FLOW = "noise", "flow"
+KINDS = {NOISE: "a noise-prediction (epsilon, v or sample) model", FLOW: "a flow-matching (velocity) model"}
+
+#: Every shared scheduler that drives a noise-prediction model.
+NOISE_SCHEDULERS: Tuple[str, ...] = (
     "DDIMScheduler", "DDIMParallelScheduler", "DDPMScheduler", "DDPMParallelScheduler", "PNDMScheduler",
     "IPNDMScheduler", "EulerDiscreteScheduler", "EulerAncestralDiscreteScheduler", "HeunDiscreteScheduler",
     "KDPM2DiscreteScheduler", "KDPM2AncestralDiscreteScheduler", "LMSDiscreteScheduler",
@@ -23,18 +31,26 @@ IMAGE_SCHEDULERS: Tuple[str, ...] = (
     "CMStochasticIterativeScheduler", "UnCLIPScheduler",
 )
 
-#: Schedulers both libraries ship that cannot drive an epsilon/v-prediction image UNet, and why.
+#: Shared schedulers made for flow-matching models (mindone.diffusers 0.5.0 does not export
+#: diffusers' FlowMatchLCMScheduler).
+FLOW_SCHEDULERS: Tuple[str, ...] = ("FlowMatchEulerDiscreteScheduler", "FlowMatchHeunDiscreteScheduler")
+
+#: Multistep solvers that drive a flow-matching model with these config options (diffusers'
+#: scheduling_dpmsolver_multistep.py and its siblings: ``use_flow_sigmas``, ``flow_prediction``).
+FLOW_OPTIONS: Dict[str, Any] = {"use_flow_sigmas": True, "prediction_type": "flow_prediction"}
+FLOW_CAPABLE: Tuple[str, ...] = (
+    "DPMSolverMultistepScheduler", "DPMSolverSinglestepScheduler", "UniPCMultistepScheduler",
+    "DEISMultistepScheduler", "SASolverScheduler",
+)
+
+#: Schedulers both libraries ship that drive neither kind of model here, and why.
 UNFIT: Dict[str, str] = {
-    "FlowMatchEulerDiscreteScheduler": "a flow-matching scheduler: it needs a velocity model trained for flow "
-                                       "matching (SD3, Flux), not an epsilon- or v-prediction UNet",
-    "FlowMatchHeunDiscreteScheduler": "a flow-matching scheduler: it needs a velocity model trained for flow "
-                                      "matching (SD3, Flux), not an epsilon- or v-prediction UNet",
-    "AmusedScheduler": "it unmasks image tokens of a VQ transformer (aMUSEd), not a noise-predicting UNet",
-    "VQDiffusionScheduler": "it denoises discrete VQ tokens, not a noise-predicting UNet",
+    "AmusedScheduler": "it unmasks image tokens of a VQ transformer (aMUSEd), not a denoiser",
+    "VQDiffusionScheduler": "it denoises discrete VQ tokens, not a denoiser's output",
     "CogVideoXDDIMScheduler": "it is CogVideoX's video sampler (v-prediction with its own SNR shift and timestep "
                               "pairs)",
     "CogVideoXDPMScheduler": "it is CogVideoX's video sampler and needs the previous step's output in step()",
-    "ConsistencyDecoderScheduler": "it drives the consistency decoder of a VAE, not a UNet denoiser",
+    "ConsistencyDecoderScheduler": "it drives the consistency decoder of a VAE, not a denoiser",
     "DDIMInverseScheduler": "it inverts an image into noise (DDIM inversion); it does not sample",
     "DPMSolverMultistepInverseScheduler": "it inverts an image into noise; it does not sample",
     "DDPMWuerstchenScheduler": "it drives Wuerstchen's continuous-time prior, not a UNet on 0..999 timesteps",
@@ -73,7 +89,8 @@ ALIASES: Dict[str, Tuple[str, Dict[str, Any]]] = {
     "unclip": ("UnCLIPScheduler", {}),
 }
 
-#: ``--scheduler all``: each shared image scheduler, with options that exercise its noise and variants.
+#: ``--scheduler all`` on a noise-prediction model: each shared scheduler, with options that
+#: exercise its noise and variants.
 MATRIX: Tuple[Tuple[str, Dict[str, Any]], ...] = (
     ("DDIMScheduler", {}),
     ("DDIMScheduler", {"eta": 1.0}),
@@ -117,8 +134,34 @@ _STEP_OWN = ("self", "model_output", "timestep", "sample", "generator", "return_
              "prev_timestep", "per_token_timesteps", "pred_original_sample", "use_clipped_model_output")
 
 
+#: ``--scheduler all`` on a flow-matching model.
+FLOW_MATRIX: Tuple[Tuple[str, Dict[str, Any]], ...] = (
+    ("FlowMatchEulerDiscreteScheduler", {}),
+    ("FlowMatchHeunDiscreteScheduler", {}),
+    ("DPMSolverMultistepScheduler", dict(FLOW_OPTIONS, algorithm_type="dpmsolver++")),
+    ("UniPCMultistepScheduler", dict(FLOW_OPTIONS)),
+)
+
+MATRICES = {NOISE: MATRIX, FLOW: FLOW_MATRIX}
+
+
 def known_names() -> List[str]:
-    return sorted(set(IMAGE_SCHEDULERS) | set(UNFIT))
+    return sorted(set(NOISE_SCHEDULERS) | set(FLOW_SCHEDULERS) | set(UNFIT))
+
+
+def kind_of(cls_name: str, config: Mapping[str, Any]) -> Optional[str]:
+    """:data:`NOISE`, :data:`FLOW`, or None for a scheduler that drives neither here.
+
+    ``config``: the scheduler config it is built with (its options included): the multistep
+    solvers drive a flow model with :data:`FLOW_OPTIONS`.
+    """
+    if cls_name in FLOW_SCHEDULERS:
+        return FLOW
+    if cls_name in FLOW_CAPABLE and config.get("prediction_type") == "flow_prediction":
+        return FLOW if config.get("use_flow_sigmas") else None
+    if cls_name in NOISE_SCHEDULERS:
+        return NOISE if config.get("prediction_type", "epsilon") in ("epsilon", "v_prediction", "sample") else None
+    return None
 
 
 def resolve(name: Any) -> Tuple[str, Dict[str, Any]]:
@@ -132,15 +175,28 @@ def resolve(name: Any) -> Tuple[str, Dict[str, Any]]:
     for cls in known_names():
         if key in (cls.lower(), cls.lower()[: -len("scheduler")]):
             return cls, {}
-    raise UsageError(f"unknown scheduler {name!r}; accepted: {', '.join(IMAGE_SCHEDULERS)} "
+    raise UsageError(f"unknown scheduler {name!r}; accepted: {', '.join(NOISE_SCHEDULERS + FLOW_SCHEDULERS)} "
                      f"(any case, 'Scheduler' optional), 'all', or an alias: {', '.join(ALIASES)}")
 
 
-def check_fits(cls_name: str) -> None:
-    """Refuse, before any work, a scheduler that cannot drive an epsilon/v-prediction image UNet."""
+def check_fits(cls_name: str, config: Mapping[str, Any], kind: str, pipeline: str) -> None:
+    """Refuse, before any work, a scheduler that cannot drive ``pipeline``'s denoiser (of ``kind``)."""
+    found = kind_of(cls_name, config)
+    if found == kind:
+        return
+    accepted = [name for name in NOISE_SCHEDULERS + FLOW_SCHEDULERS
+                if kind_of(name, {}) == kind or (kind == FLOW and name in FLOW_CAPABLE)]
     if cls_name in UNFIT:
-        raise UsageError(f"scheduler {cls_name} cannot drive this model: {UNFIT[cls_name]}; "
-                         f"accepted: {', '.join(IMAGE_SCHEDULERS)}")
+        why = UNFIT[cls_name]
+    elif cls_name in FLOW_CAPABLE and kind == FLOW:
+        why = (f"it drives a flow-matching model only with the options "
+               f"{', '.join(f'{k}={json.dumps(v)}' for k, v in FLOW_OPTIONS.items())}")
+    elif found is None:
+        why = f"its config has prediction_type {config.get('prediction_type')!r}, which xrand does not run"
+    else:
+        why = f"it drives {KINDS[found]}"
+    raise UsageError(f"scheduler {cls_name} cannot drive {pipeline}, {KINDS[kind]}: {why}; accepted: "
+                     f"{', '.join(accepted)}")
 
 
 def parse_option(text: Any) -> Tuple[str, Any]:
@@ -189,30 +245,30 @@ def split_options(cls: type, options: Mapping[str, Any]) -> Tuple[Dict[str, Any]
     return config, step
 
 
-def build(library: Any, cls_name: str, base_config: Mapping[str, Any], options: Mapping[str, Any]):
-    """``Cls.from_config(base_config, **config_options)`` from ``library``; returns (scheduler, step options)."""
+def scheduler_class(library: Any, cls_name: str) -> type:
+    """The class named ``cls_name`` in a diffusion library (diffusers or mindone.diffusers)."""
     import importlib
 
     # mindone.diffusers exports some schedulers (TCDScheduler) only from its schedulers package
     cls = getattr(library, cls_name, None) or getattr(importlib.import_module(library.__name__ + ".schedulers"),
                                                       cls_name, None)
     if cls is None:
-        raise UsageError(f"{library.__name__} has no {cls_name}; accepted: {', '.join(IMAGE_SCHEDULERS)}")
-    config, step = split_options(cls, options)
-    prediction = base_config.get("prediction_type", "epsilon")
-    if prediction not in ("epsilon", "v_prediction", "sample"):
-        raise UsageError(f"the model's scheduler config has prediction_type {prediction!r}; xrand compares "
-                         "epsilon-, v- and sample-prediction models")
+        raise UsageError(f"{library.__name__} has no {cls_name}; accepted: "
+                         f"{', '.join(NOISE_SCHEDULERS + FLOW_SCHEDULERS)}")
+    return cls
+
+
+def build(library: Any, cls_name: str, config: Mapping[str, Any]) -> Any:
+    """``Cls.from_config(config)`` from ``library``; a config the scheduler refuses is a usage error."""
     try:
-        return cls.from_config(dict(base_config), **config), step
+        return scheduler_class(library, cls_name).from_config(dict(config))
     except (ValueError, NotImplementedError) as exc:  # e.g. algorithm_type='nope' refused by the scheduler
-        raise UsageError(f"{cls_name} refused the options {config}: {exc}") from exc
+        raise UsageError(f"{cls_name} refused its config: {exc}") from exc
 
 
-def check_steps(scheduler: Any, steps: int) -> None:
+def check_steps(cls_name: str, config: Mapping[str, Any], steps: int) -> None:
     """Step counts a scheduler refuses with an unhelpful error of its own."""
-    config = scheduler.config
-    if type(scheduler).__name__ == "PNDMScheduler" and not config.get("skip_prk_steps") and steps < 4:
+    if cls_name == "PNDMScheduler" and not config.get("skip_prk_steps") and steps < 4:
         # diffusers' scheduling_pndm.py set_timesteps: the Runge-Kutta warm-up takes pndm_order (4) timesteps
         raise UsageError(f"PNDMScheduler with Runge-Kutta steps needs at least 4 steps, got {steps}; "
                          "use more steps or the option skip_prk_steps=true")

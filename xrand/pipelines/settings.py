@@ -1,4 +1,9 @@
-"""What must agree for two sides to be comparable, checked once when it is made."""
+"""What a run asks for, as the user gave it: checked field by field once, when it is made.
+
+:class:`Settings` is plain data (it travels in side files and sweep folders). What depends on
+the model folder and the pipeline (which inputs a pipeline takes, which schedulers fit it) is
+decided when a comparison is planned (:mod:`xrand.compare.plan`).
+"""
 from __future__ import annotations
 
 import math
@@ -8,7 +13,7 @@ from typing import Any, Dict, Optional, Tuple
 from ..checks import UsageError, UsageTypeError, check_seed
 from ..streams import DEFAULT_STREAM, stream_factory
 from . import schedulers
-from .recipes import PIPELINES
+from .recipes import canonical_pipeline
 
 #: Model dtypes the pipelines run in.
 DTYPES: Tuple[str, ...] = ("float32", "float16")
@@ -24,7 +29,9 @@ def _positive_int(name: str, value: Any, optional: bool = False) -> Optional[int
     return value
 
 
-def _number(name: str, value: Any, low: float, high: float) -> float:
+def _number(name: str, value: Any, low: float, high: float, optional: bool = False) -> Optional[float]:
+    if optional and value is None:
+        return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
         raise UsageError(f"{name} must be a number in [{low:g}, {high:g}], got {value!r}")
     return float(value)
@@ -43,7 +50,8 @@ class Settings:
     ``pipeline`` and ``scheduler`` are None for what the model folder declares; ``scheduler`` may
     be an alias (``"euler-a"``), stored as the class name with the alias's options.
     ``scheduler_options`` go to ``from_config`` or, for keys of ``step()`` (``eta``, ``s_churn``),
-    to every step. The text fields are for text-to-image pipelines.
+    to every step. The pipeline's inputs (``prompt`` ... ``width``) are None when not given: the
+    pipeline's own default, and a pipeline that does not take one refuses it.
     """
 
     model: str
@@ -58,14 +66,17 @@ class Settings:
     scheduler_options: Dict[str, Any] = field(default_factory=dict)
     prompt: Optional[str] = None
     negative_prompt: Optional[str] = None
-    guidance_scale: float = 7.5
+    guidance_scale: Optional[float] = None
     height: Optional[int] = None
     width: Optional[int] = None
+
+    #: The pipeline inputs among the fields (a recipe says which it takes).
+    INPUTS = ("prompt", "negative_prompt", "guidance_scale", "height", "width")
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalised values are set once, here
         if not isinstance(self.model, str) or not self.model:
-            raise UsageError(f"model must be a folder or a hub id, got {self.model!r}")
+            raise UsageError(f"model must be a folder written by save_pretrained, got {self.model!r}")
         _positive_int("steps", self.steps)
         _positive_int("batch_size", self.batch_size)
         if self.steps > MAX_STEPS:
@@ -76,28 +87,29 @@ class Settings:
         if self.dtype not in DTYPES:
             raise UsageError(f"unknown dtype {self.dtype!r} for the pipelines; accepted: {', '.join(DTYPES)}")
         if self.pipeline is not None:
-            match = {p.lower(): p for p in PIPELINES}.get(str(self.pipeline).lower())
-            if match is None:
-                raise UsageError(f"unknown pipeline {self.pipeline!r}; accepted: {', '.join(PIPELINES)}")
-            set_(self, "pipeline", match)
+            set_(self, "pipeline", canonical_pipeline(self.pipeline))
         options = schedulers.check_options(self.scheduler_options)
         if self.scheduler is not None:
             cls, alias_options = schedulers.resolve(self.scheduler)
-            schedulers.check_fits(cls)
             set_(self, "scheduler", cls)
             options = {**alias_options, **options}
         set_(self, "scheduler_options", options)
         _text("prompt", self.prompt)
         _text("negative_prompt", self.negative_prompt)
-        if isinstance(self.guidance_scale, bool) or not isinstance(self.guidance_scale, (int, float)) \
-                or not math.isfinite(self.guidance_scale) or self.guidance_scale < 0:
+        if self.guidance_scale is not None and (
+                isinstance(self.guidance_scale, bool) or not isinstance(self.guidance_scale, (int, float))
+                or not math.isfinite(self.guidance_scale) or self.guidance_scale < 0):
             raise UsageError(f"guidance_scale must be a finite number >= 0, got {self.guidance_scale!r}")
-        set_(self, "guidance_scale", float(self.guidance_scale))
+        if self.guidance_scale is not None:
+            set_(self, "guidance_scale", float(self.guidance_scale))
         for name in ("height", "width"):
-            value = _positive_int(name, getattr(self, name), optional=True)
-            if value is not None and value % 8:
-                raise UsageError(f"{name} must be a multiple of 8, got {value}")
+            _positive_int(name, getattr(self, name), optional=True)
+
+    def given_inputs(self) -> Dict[str, Any]:
+        """The pipeline inputs that were given (not None)."""
+        return {name: getattr(self, name) for name in self.INPUTS if getattr(self, name) is not None}
 
     #: The fields two sides must share (the model is matched by its weights' fingerprint).
     COMPARED = ("steps", "seed", "batch_size", "eta", "stream", "dtype", "pipeline", "scheduler",
                 "scheduler_options", "prompt", "negative_prompt", "guidance_scale", "height", "width")
+

@@ -2,11 +2,10 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-from ...checks import UsageError, UsageTypeError, check_choice, check_seed
-from ..frameworks import DEFAULT_MINDSPORE_MODE
+from ..checks import UsageError, UsageTypeError, check_choice, check_seed
 
 SWEEP_VERSION = 1
 ENGINES = ("local", "ray")
@@ -56,43 +55,41 @@ def row_label(row: Dict[str, Any]) -> str:
     return scheduler_label(str(row["scheduler"]), row.get("options") or None)
 
 
-def parse_schedulers(text: Optional[str], settings: Any) -> List[str]:
-    """``--scheduler`` of a sweep -> scheduler labels, with ``settings.scheduler_options`` in each.
+def parse_schedulers(text: Optional[str], plan: Any, user: Optional[Dict[str, Any]] = None) -> List[str]:
+    """``--scheduler`` of a sweep -> scheduler labels, with ``user`` (``--scheduler-option``) in each.
 
-    ``None``: the model folder's own scheduler. ``"all"``: every entry of
-    :data:`.schedulers.MATRIX` with its options (as ``xrand compare --scheduler all``). Otherwise
-    a comma list of the names and aliases ``xrand compare --scheduler`` takes; an alias's options
-    come first, ``--scheduler-option`` values over them. Every entry is checked as compare checks
-    it (:class:`.settings.Settings`), before any framework is imported.
+    ``None``: the model folder's own scheduler. ``"all"``: every entry of the scheduler matrix of
+    the plan's pipeline with its options (as ``xrand compare --scheduler all``). Otherwise a comma
+    list of the names and aliases ``xrand compare --scheduler`` takes; an alias's options come
+    first, ``--scheduler-option`` values over them. Every named entry is planned as compare plans
+    it (:meth:`xrand.compare.plan.Plan.cell`), so one that does not fit is refused before any
+    work; an entry of ``all`` that refuses the settings (PNDM's Runge-Kutta steps under 4 steps)
+    gives error rows, as in ``xrand compare --scheduler all``.
     """
-    from .. import schedulers
-    from ..sides import folder_scheduler, is_local
+    from ..pipelines import schedulers
 
-    user = dict(settings.scheduler_options)
+    user = dict(user or {})
     if text is not None and not isinstance(text, str):
         raise UsageTypeError(f"--scheduler must be a string such as 'ddim,euler-a' or 'all', got {text!r}")
     if text is not None and text.strip().lower() == "all":
         if user:
             raise UsageError("--scheduler-option cannot be combined with --scheduler all (each entry has its own "
                              "options)")
-        entries = [(name, dict(options)) for name, options in schedulers.MATRIX]
+        entries = [(name, dict(options)) for name, options in schedulers.MATRICES[plan.recipe.scheduler_kind]]
     elif text is None:
-        base = folder_scheduler(settings.model) if is_local(settings.model) else None
-        if not base or not base.get("_class_name"):
-            raise UsageError(f"model {settings.model!r}: its scheduler is not known before loading; name one with "
-                             f"--scheduler (accepted: {', '.join(schedulers.IMAGE_SCHEDULERS)}, an alias, or all)")
-        entries = [(base["_class_name"], {})]
+        entries = [(plan.scheduler.cls, {})]
     else:
         names = [name.strip() for name in text.split(",")]
         if not all(names):
             raise UsageError(f"--scheduler {text!r}: an empty name; expected NAME[,NAME...] or all, "
                              "e.g. ddim,euler-a")
         entries = [schedulers.resolve(name) for name in names]
+    every = text is not None and text.strip().lower() == "all"
     labels: Dict[str, None] = {}
     for name, options in entries:
         options = {**options, **user}
-        # Settings refuses unknown or unfit schedulers and options that are not JSON values
-        replace(settings, scheduler=name, scheduler_options=options)
+        if not every:
+            plan.cell(scheduler=name, scheduler_options=options)  # refused here if it cannot run
         labels[scheduler_label(name, options)] = None
     return list(labels)
 
@@ -113,46 +110,43 @@ def check_engine(engine: Any) -> str:
 class SweepConfig:
     """What every cell of one sweep shares; two sweeps with different configs never mix.
 
-    ``settings``: every compare setting (:class:`.settings.Settings`); its seed and scheduler are
-    the cell's, its ``scheduler_options`` (``--scheduler-option``) go into every entry.
-    ``load_scheduler``: the scheduler label both sides are loaded with (the sweep's first entry,
-    as :func:`.matrix.run_matrix` loads with its first row); any cell swaps in its own.
+    ``plan``: the comparison every cell runs (:func:`xrand.compare.plan.make_plan`), with its seed
+    and scheduler replaced by the cell's. ``scheduler_options``: ``--scheduler-option``, in every
+    entry's label. ``load_scheduler``: the scheduler label both sides are loaded with (the sweep's
+    first entry, as :func:`xrand.compare.matrix.run_matrix` loads with its first row).
     """
 
-    settings: Any  # Settings
-    tolerance: Optional[float] = None
-    mindspore_mode: str = DEFAULT_MINDSPORE_MODE
-    torch_device: str = "cpu"
-    mindspore_device: Optional[str] = None
+    plan: Any  # Plan
+    scheduler_options: Dict[str, Any] = field(default_factory=dict)
     threads_per_worker: int = 1
     load_scheduler: Optional[str] = None
 
-    def cell_settings(self, seed: int, scheduler: Optional[str]) -> Any:
-        """The Settings of one cell: the sweep's, with the cell's seed and scheduler label."""
+    @property
+    def settings(self) -> Any:
+        return self.plan.settings
+
+    def cell_plan(self, seed: int, scheduler: Optional[str]) -> Any:
+        """The Plan of one cell: the sweep's, with the cell's seed and scheduler label."""
         if scheduler is None:
-            return replace(self.settings, seed=seed)
+            return self.plan.cell(seed=seed)
         name, options = split_label(scheduler)
-        return replace(self.settings, seed=seed, scheduler=name, scheduler_options=options)
+        return self.plan.cell(seed=seed, scheduler=name, scheduler_options=options)
 
     def describe(self) -> Dict[str, Any]:
         """The settings as plain values, flat: the compare settings (less the cell's seed and
         scheduler; ``scheduler_options`` are the ones given to every entry) and the sweep's own."""
-        from ..sides import pipeline_class
-
-        out = {k: v for k, v in asdict(self.settings).items() if k not in ("seed", "scheduler")}
-        out["pipeline"] = pipeline_class(self.settings)
-        out.update(tolerance=self.tolerance, mindspore_mode=self.mindspore_mode, torch_device=self.torch_device,
-                   mindspore_device=self.mindspore_device, threads_per_worker=self.threads_per_worker)
+        plan = self.plan
+        out = {k: v for k, v in asdict(plan.settings).items() if k not in ("seed", "scheduler")}
+        out.update(pipeline=plan.pipeline, scheduler_options=dict(self.scheduler_options))
+        out.update(tolerance=plan.tolerance, mindspore_mode=plan.mindspore_mode,
+                   torch_device=plan.devices.get("torch"), mindspore_device=plan.devices.get("mindspore"),
+                   threads_per_worker=self.threads_per_worker)
         return out
 
     def identity(self) -> Dict[str, Any]:
         """The settings that decide a cell's numbers, as written to sweep.json."""
-        from ..compare import DEFAULT_TOLERANCE
-        from ..sides import model_fingerprint
-
         out = self.describe()
-        out["model"] = model_fingerprint(self.settings.model)
-        out["tolerance"] = DEFAULT_TOLERANCE[self.settings.dtype] if self.tolerance is None else self.tolerance
+        out["model"] = self.plan.folder.fingerprint()
         out["versions"] = _versions()
         return out
 
@@ -160,7 +154,7 @@ class SweepConfig:
 def _versions() -> Dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
-    from ..._version import __version__
+    from .._version import __version__
 
     out = {"xrand": __version__}
     for dist in ("torch", "diffusers", "mindspore", "mindone"):

@@ -7,9 +7,8 @@ import socket
 import time
 from typing import Any, Dict
 
-import numpy as np
-
-from ...checks import UsageError
+from ..checks import UsageError
+from ..compare.metrics import ssim
 from .config import Cell, SweepConfig, split_label
 
 #: Test hook: "SEED:TIMES[,SEED:TIMES]" kills the worker process running that seed's cells, TIMES times
@@ -21,17 +20,17 @@ KILL_HOOK, KILL_DIR = "XRAND_SWEEP_TEST_KILL", "XRAND_SWEEP_TEST_KILL_DIR"
 class CellRunner:
     """The one place a sweep calls the pipeline API: load both sides once, then run cells.
 
-    Both pipelines are loaded once (:func:`.compare.load_pair`, with the config's
-    ``load_scheduler``); each cell swaps its scheduler in on both sides and compares them
-    (:func:`.compare.compare_loaded`), as ``xrand compare --scheduler all`` does per row.
+    Both pipelines are loaded once (:func:`xrand.compare.load_pair`, with the config's
+    ``load_scheduler``); each cell runs its plan on both sides and compares them
+    (:func:`xrand.compare.compare_loaded`), as ``xrand compare --scheduler all`` does per row.
     ``run(seed, scheduler)`` takes a scheduler label (:func:`scheduler_label`) and returns a row of
     results.jsonl (without ``seconds`` and ``worker``, which the caller adds).
     """
 
     def __init__(self, config: SweepConfig) -> None:
         from ..compare import load_pair
-        from ...mindspore_cpu import tune_cpu_runtime
-        from ..quiet import silenced
+        from ..mindspore_cpu import tune_cpu_runtime
+        from ..pipelines.quiet import silenced
 
         with silenced():
             import mindspore  # noqa: F401
@@ -42,15 +41,12 @@ class CellRunner:
         torch.set_num_threads(config.threads_per_worker)
         tune_cpu_runtime(config.threads_per_worker)  # before loading: it can be set once per process
         self.config = config
-        self.pair = load_pair(config.cell_settings(0, config.load_scheduler), config.torch_device,
-                              config.mindspore_device, quiet=True)
+        self.pair = load_pair(config.cell_plan(0, config.load_scheduler))
 
     def run(self, seed: int, scheduler: str) -> Dict[str, Any]:
         from ..compare import compare_loaded
 
-        c = self.config
-        comparison = compare_loaded(self.pair, c.cell_settings(seed, scheduler), c.tolerance,
-                                    mindspore_mode=c.mindspore_mode)
+        comparison = compare_loaded(self.pair, self.config.cell_plan(seed, scheduler))
         name, options = split_label(scheduler)
         row = {"seed": seed, "scheduler": name}
         if options:
@@ -59,16 +55,6 @@ class CellRunner:
                    psnr_db=comparison.final["psnr_db"], ssim=ssim(comparison.images["a"], comparison.images["b"]),
                    passed=comparison.passed)
         return row
-
-
-def ssim(a: np.ndarray, b: np.ndarray) -> float:
-    """Mean SSIM (scikit-image) over the batch of NHWC images in [0, 1]."""
-    from skimage.metrics import structural_similarity
-
-    side = min(a.shape[1], a.shape[2])
-    win = min(7, side if side % 2 else side - 1)  # scikit-image's default window, shrunk for tiny images
-    return float(np.mean([structural_similarity(x, y, data_range=1.0, channel_axis=-1, win_size=win)
-                          for x, y in zip(a.astype(np.float64), b.astype(np.float64))]))
 
 
 def _load_error(exc: Exception) -> Dict[str, Any]:

@@ -12,10 +12,10 @@ from typing import Any, Dict
 
 import numpy as np
 
-from .settings import Settings
-from .sides import Side
 from ..checks import UsageError
-from .files import atomic_path
+from ..files import atomic_path
+from ..pipelines.settings import Settings
+from .sides import Side
 
 SIDE_VERSION = 1
 _TENSORS = ("images", "initial_noise", "states")

@@ -1,4 +1,5 @@
-"""Writing result files: whole or not at all (a temporary name renamed into place), as JSON or text."""
+"""Writing result files: whole or not at all (a temporary name renamed into place), as JSON or text,
+readable as the user's umask says (as ``open`` would create them)."""
 from __future__ import annotations
 
 import json
@@ -11,11 +12,30 @@ from typing import Any, Iterator
 import numpy as np
 
 
+def umask() -> int:
+    """The process's file-creation mask (read without changing it where Linux says it)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)  # elsewhere: set and put back at once
+    os.umask(mask)
+    return mask
+
+
 @contextmanager
 def atomic_path(path: str) -> Iterator[str]:
-    """Yield a temporary name beside ``path``; rename it into place only if the block succeeds."""
+    """Yield a temporary name beside ``path``; rename it into place only if the block succeeds.
+
+    The file gets the mode ``open`` would give it (0666 less the umask): mkstemp's is 0600,
+    which a colleague or a CI artifact upload could not read.
+    """
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", dir=folder)
+    os.fchmod(fd, 0o666 & ~umask())
     os.close(fd)
     try:
         yield tmp

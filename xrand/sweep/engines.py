@@ -8,7 +8,7 @@ import socket
 import time
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-from ...checks import UsageError
+from ..checks import UsageError
 from .cells import KILL_DIR, KILL_HOOK, CellRunner, _first_line, _load_error, run_cell
 from .config import Cell, SweepConfig
 
@@ -242,7 +242,7 @@ def connect_check(address: str) -> None:
 
 
 def check_ray() -> None:
-    from ...checks import module_installed
+    from ..checks import module_installed
 
     if not module_installed("ray"):
         raise UsageError("--engine ray needs Ray, which is not installed: pip install 'xrand[ray]'")

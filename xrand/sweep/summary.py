@@ -113,8 +113,7 @@ def summary_markdown(summary: Dict[str, Any]) -> str:
 
 def plot_sweep(result: SweepResult, config: SweepConfig, path: str) -> None:
     """One panel per metric: each scheduler's cells as points over a box plot."""
-    from ..compare import DEFAULT_TOLERANCE
-    from ..schedulers import describe
+    from ..pipelines.schedulers import describe
 
     plt = pyplot()
     names = list(dict.fromkeys(s for _, s in result.cells))
@@ -136,7 +135,7 @@ def plot_sweep(result: SweepResult, config: SweepConfig, path: str) -> None:
         if key in ("rel_l2", "ssim") and finite and min(finite) > 0:  # none when every cell failed to run
             ax.set_yscale("log")
         if key == "rel_l2":
-            tol = DEFAULT_TOLERANCE[config.settings.dtype] if config.tolerance is None else config.tolerance
+            tol = config.plan.tolerance
             ax.axhline(tol, color="gray", lw=0.8, ls=":", label=f"tolerance {tol:g}")
             ax.legend(fontsize=8)
     fig.suptitle(f"xrand sweep: {sum(1 for c in result.cells if c in result.rows)} cells, "

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List
 
-from ...checks import UsageError
+from ..checks import UsageError
 from ..files import json_safe, write_json
 from .config import SWEEP_VERSION, Cell, row_label
 

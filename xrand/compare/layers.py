@@ -10,7 +10,8 @@ output, and the inputs its operations compute for its submodules, whatever its s
 upstream do. Two MindSpore forward passes in all, not one per module. The culprit is the first call, in
 execution order, whose local relative L2 exceeds the threshold while every call nested in it
 stays within. Works for any denoiser whose submodules carry the same names on both sides
-(diffusers and mindone.diffusers models do); it knows nothing about pipelines or schedulers.
+(diffusers and mindone.diffusers models do); it knows nothing about pipelines or schedulers:
+:func:`layers_at_step` hands it the denoiser call the reference side recorded at one step.
 
 Memory: the torch side's inputs and outputs of one forward pass (tensors shared between
 modules are kept once); MindSpore outputs are reduced to metrics as they come, and tensors are
@@ -22,19 +23,21 @@ import difflib
 import os
 import tempfile
 import time
-from collections import namedtuple
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ..checks import UsageError, UsageTypeError
+from ..pipelines.frameworks import framework, mindspore_mode
+from ..pipelines.widen import widened
+from ..registry import backend
+from .boundary import as_call, call_signature
+from .metrics import Errors
+from .trees import Capture, Captured, arrays, convertible, leaves, map_leaves, named_leaves, restore
 
 #: The layer threshold, by default, is this many times the denoiser's measured noise floor.
 LAYER_FLOOR_MULTIPLE = 10.0
-
-#: A captured tensor: its values (bfloat16 as float32) and its dtype name.
-Captured = namedtuple("Captured", "array dtype")
 
 
 # ----------------------------------------------------------------------------- results
@@ -165,174 +168,31 @@ def check_dump_dir(path: Any) -> str:
 
 # ----------------------------------------------------------------------------- conversions
 
-def flatten(value: Any, tensor_type: type) -> List[Any]:
-    """The tensors in an output, in order: tuples, lists, dicts and diffusers' BaseOutput walked."""
-    if isinstance(value, tensor_type):
-        return [value]
-    if isinstance(value, Mapping):
-        value = list(value.values())
-    if isinstance(value, (list, tuple)):
-        return [t for v in value for t in flatten(v, tensor_type)]
-    return []
+def _ms_values(value: Any) -> List[np.ndarray]:
+    """The MindSpore tensors in ``value``, as arrays (bfloat16 as float32), in :func:`leaves` order."""
+    ms = framework("mindspore")
+    return [backend("mindspore").to_numpy(t) for t in leaves(value) if ms.is_tensor(t)]
 
 
-def _map(value: Any, leaf) -> Any:
-    if isinstance(value, Captured):
-        return leaf(value)
-    if isinstance(value, (list, tuple)):
-        return type(value)(_map(v, leaf) for v in value)
-    if isinstance(value, dict):
-        return {k: _map(v, leaf) for k, v in value.items()}
-    return leaf(value)
-
-
-def to_torch(value: Any, device: Any, float_dtype: Any) -> Any:
-    """NumPy arrays (or Captured) in ``value`` as torch tensors; floating ones in ``float_dtype`` if given."""
-    import torch
-
-    def leaf(v):
-        if isinstance(v, Captured):
-            return torch.from_numpy(np.ascontiguousarray(v.array)).to(device=device, dtype=getattr(torch, v.dtype))
-        if isinstance(v, (np.ndarray, np.generic)):
-            t = torch.from_numpy(np.ascontiguousarray(v)).to(device)
-            return t.to(float_dtype) if float_dtype is not None and t.is_floating_point() else t
-        return v
-
-    return _map(value, leaf)
-
-
-def to_mindspore(value: Any, float_dtype: Any = None) -> Any:
-    """NumPy arrays (or Captured) in ``value`` as MindSpore tensors."""
-    import mindspore as ms
-
-    def leaf(v):
-        if isinstance(v, Captured):
-            return ms.tensor(v.array, dtype=ms.bool_ if v.dtype == "bool" else getattr(ms, v.dtype))
-        if isinstance(v, (np.ndarray, np.generic)):
-            a = np.asarray(v)
-            if float_dtype is not None and np.issubdtype(a.dtype, np.floating):
-                return ms.tensor(a, dtype=float_dtype)
-            return ms.tensor(a)
-        return v
-
-    return _map(value, leaf)
-
-
-class _TorchCapture:
-    """NumPy copies of torch tensors, made once per tensor version (a tensor passed on is kept once)."""
-
-    def __init__(self) -> None:
-        self._seen: Dict[int, Tuple[Any, int, Captured]] = {}
-
-    def tensor(self, t) -> Captured:
-        key = id(t)
-        hit = self._seen.get(key)
-        if hit is not None and hit[0] is t and hit[1] == t._version:
-            return hit[2]
-        dtype = str(t.dtype).replace("torch.", "")
-        src = t.detach()
-        array = (src.float() if dtype == "bfloat16" else src).cpu().numpy().copy()
-        captured = Captured(array, dtype)
-        self._seen[key] = (t, t._version, captured)  # the reference keeps id(t) from being reused
-        return captured
-
-    def tree(self, value: Any) -> Any:
-        import torch
-
-        return _map(value, lambda v: self.tensor(v) if isinstance(v, torch.Tensor) else v)
-
-
-def _ms_arrays(value: Any) -> List[np.ndarray]:
-    import mindspore as ms
-
-    return [t.float().asnumpy() if t.dtype == ms.bfloat16 else t.asnumpy() for t in flatten(value, ms.Tensor)]
-
-
-def _captured_arrays(value: Any) -> List[np.ndarray]:
-    """The arrays in a captured input, in the order :func:`flatten` walks MindSpore's."""
-    if isinstance(value, Captured):
-        return [value.array]
-    if isinstance(value, Mapping):
-        value = list(value.values())
-    if isinstance(value, (list, tuple)):
-        return [x for v in value for x in _captured_arrays(v)]
-    return []
-
-
-def _replace_tensors(value: Any, arrays) -> Any:
+def _with_values(value: Any, values: Iterable[np.ndarray]) -> Any:
     """``value`` (a MindSpore output) with each tensor replaced by the next array, in its dtype."""
-    import mindspore as ms
-
-    if isinstance(value, ms.Tensor):
-        return ms.tensor(next(arrays), dtype=value.dtype)
-    if isinstance(value, Mapping):
-        replaced = {k: _replace_tensors(v, arrays) for k, v in value.items()}
-        return type(value)(**replaced) if type(value) is not dict else replaced
-    if isinstance(value, (list, tuple)):
-        return type(value)(_replace_tensors(v, arrays) for v in value)
-    return value
+    ms, it = framework("mindspore"), iter(values)
+    return map_leaves(lambda v: ms.tensor(next(it), ms.dtype_of(v)) if ms.is_tensor(v) else v, value)
 
 
-class _Errors:
-    """rel_l2 (and max_abs) of outputs against torch's captured arrays, each array's squared norm
-    computed once: an array is a reference up to four times (MindSpore as run, MindSpore fed
-    torch's inputs, as a later call's input, torch in float64)."""
-
-    def __init__(self) -> None:
-        self._sq_norms: Dict[int, Tuple[np.ndarray, float]] = {}
-
-    def _sq_norm(self, a: np.ndarray) -> float:
-        hit = self._sq_norms.get(id(a))
-        if hit is None or hit[0] is not a:
-            a64 = a.astype(np.float64)
-            hit = self._sq_norms[id(a)] = (a, float(np.vdot(a64, a64)))  # the array kept: its id stays its own
-        return hit[1]
-
-    def __call__(self, reference: List[np.ndarray], other: List[np.ndarray],
-                 max_abs: bool = False) -> Optional[Dict[str, float]]:
-        """rel_l2 over all tensors of an output, and max_abs if asked; None when the outputs' structures differ."""
-        if len(reference) != len(other) or any(a.shape != b.shape for a, b in zip(reference, other)):
-            return None
-        sq_diff = sq_ref = 0.0
-        largest = 0.0
-        for a, b in zip(reference, other):
-            d = np.subtract(a, b, dtype=np.float64)
-            sq_diff += float(np.vdot(d, d))
-            sq_ref += self._sq_norm(a)
-            if max_abs and d.size:
-                largest = max(largest, float(np.max(np.abs(d))))
-        rel = float(np.sqrt(sq_diff / sq_ref)) if sq_ref > 0 else float(np.sqrt(sq_diff))
-        return {"rel_l2": rel, "max_abs": largest} if max_abs else {"rel_l2": rel}
+def _dtype_name(dtype: Any) -> str:
+    return str(dtype).replace("torch.", "").lower()
 
 
-def _convertible(value: Any) -> bool:
-    """Whether every leaf of a captured input can be handed to MindSpore."""
-    if isinstance(value, (list, tuple)):
-        return all(_convertible(v) for v in value)
-    if isinstance(value, dict):
-        return all(_convertible(v) for v in value.values())
-    return value is None or isinstance(value, (Captured, bool, int, float, str, np.ndarray, np.generic))
+def _dump_entries(prefix: str, args: Any, kwargs: Mapping[str, Any]) -> List[Tuple[str, np.ndarray]]:
+    """``(name, array)`` for every tensor of a call's inputs: ``call0.input.0``, ``call0.input.temb``."""
+    found = named_leaves(list(args), prefix + ".input") + named_leaves(dict(kwargs), prefix + ".input")
+    return [(path, v.array if isinstance(v, Captured) else v) for path, v in found
+            if isinstance(v, (Captured, np.ndarray))]
 
 
 def _safe_file_name(name: str) -> str:
     return name or "_denoiser"
-
-
-def _dump_entries(prefix: str, args: Any, kwargs: Mapping[str, Any], out: List[Tuple[str, np.ndarray]]) -> None:
-    def walk(path: str, v: Any) -> None:
-        if isinstance(v, Captured):
-            out.append((path, v.array))
-        elif isinstance(v, np.ndarray):
-            out.append((path, v))
-        elif isinstance(v, (list, tuple)):
-            for i, x in enumerate(v):
-                walk(f"{path}.{i}", x)
-        elif isinstance(v, dict):
-            for k, x in v.items():
-                walk(f"{path}.{k}", x)
-
-    walk(prefix + ".input", list(args))
-    walk(prefix + ".input", dict(kwargs))
 
 
 # ----------------------------------------------------------------------------- the comparison
@@ -379,11 +239,12 @@ def layer_diff(torch_module: Any, ms_cell: Any, args: Sequence[Any], kwargs: Opt
             raise UsageError("dump names modules but dump_dir is None; pass the folder to write them to")
         check_dump_dir(dump_dir)
     start = time.perf_counter()
+    pt = framework("torch")
     param = next(torch_module.parameters())
-    ms_dtype = next(iter(ms_cell.get_parameters())).dtype
+    ms_dtype = _dtype_name(next(iter(ms_cell.get_parameters())).dtype)
 
     # 1. torch: every call's inputs and outputs, in execution order (pre-order).
-    capture = _TorchCapture()
+    capture = Capture(pt)
     calls: List[_Call] = []
     stack: List[int] = []
     counts: Dict[str, int] = {}
@@ -392,25 +253,25 @@ def layer_diff(torch_module: Any, ms_cell: Any, args: Sequence[Any], kwargs: Opt
         def pre(module, a, kw, name=name):
             k = counts.get(name, 0)
             counts[name] = k + 1
-            calls.append(_Call(name, type(module).__name__, k, capture.tree(a), capture.tree(kw)))
+            calls.append(_Call(name, type(module).__name__, k, capture(a), capture(kw)))
             stack.append(len(calls) - 1)
 
         def post(module, a, kw, output):
             i = stack.pop()
             calls[i].nested = len(calls) - 1 - i
-            calls[i].outputs = [capture.tensor(t).array for t in flatten(output, torch.Tensor)]
+            calls[i].outputs = arrays(capture(output))
 
         handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
         handles.append(module.register_forward_hook(post, with_kwargs=True))
     try:
         with torch.no_grad():
-            torch_module(*to_torch(list(args), param.device, param.dtype),
-                         **to_torch(kwargs, param.device, param.dtype))
+            torch_module(*restore(list(args), pt, param.device, _dtype_name(param.dtype)),
+                         **restore(kwargs, pt, param.device, _dtype_name(param.dtype)))
     finally:
         for h in handles:
             h.remove()
     index = {(c.name, c.call): c for c in calls}
-    errors = _Errors()
+    errors = Errors()
     use_floors = threshold is None
     # Torch's float64 pass (the floor) right after its float32 one, before MindSpore runs, so
     # that torch's thread pool does not start while MindSpore's may still hold the cores.
@@ -430,12 +291,13 @@ def layer_diff(torch_module: Any, ms_cell: Any, args: Sequence[Any], kwargs: Opt
         ms_stack.append((name, k))
         ms_called.add(name)
         if name in dump_set:
-            entries = dumps.setdefault(name, [])
-            _dump_entries(f"call{k}", _map(list(a), _ms_leaf), _map(dict(kw), _ms_leaf), entries)
+            ms = framework("mindspore")
+            values = map_leaves(lambda v: backend("mindspore").to_numpy(v) if ms.is_tensor(v) else v, (list(a), dict(kw)))
+            dumps.setdefault(name, []).extend(_dump_entries(f"call{k}", *values))
 
     def ms_post(cell, a, kw, output, name):
         key = ms_stack.pop()
-        outputs = _ms_arrays(output)
+        outputs = _ms_values(output)
         c = index.get(key)
         if c is not None:
             c.ms_global = errors(c.outputs, outputs, max_abs=True)
@@ -456,25 +318,26 @@ def layer_diff(torch_module: Any, ms_cell: Any, args: Sequence[Any], kwargs: Opt
         c = index.get((name, k))
         parent = next((p for p in reversed(local_stack) if p is not None), None)
         local_stack.append(c)
-        if c is None or not (_convertible(c.args) and _convertible(c.kwargs)):
+        if c is None or not (convertible(c.args) and convertible(c.kwargs)):
             return None
         if parent is not None:  # what the parent's own operations made of torch's values
-            made = errors(_captured_arrays((c.args, c.kwargs)), _ms_arrays((list(a), dict(kw))))
+            made = errors(arrays((c.args, c.kwargs)), _ms_values((list(a), dict(kw))))
             if made is not None and made["rel_l2"] > parent.ms_local_inputs:
                 parent.ms_local_inputs = made["rel_l2"]
-        return tuple(to_mindspore(list(c.args))), to_mindspore(dict(c.kwargs))
+        ms = framework("mindspore")
+        return tuple(restore(list(c.args), ms)), restore(dict(c.kwargs), ms)
 
     def local_post(cell, a, kw, output, name):
         c = local_stack.pop()
         if c is None:
             return None
-        outputs = _ms_arrays(output)
+        outputs = _ms_values(output)
         c.ms_local = errors(c.outputs, outputs)
         if name in dump_set:
             dumps.setdefault(name, []).extend((f"call{c.call}.local_output.{i}", o) for i, o in enumerate(outputs))
         if c.ms_local is None or not local_stack:
             return None
-        return _replace_tensors(output, iter(c.outputs))  # hand on torch's outputs
+        return _with_values(output, c.outputs)  # hand on torch's outputs
 
     _run_hooked(ms_cell, cells, local_pre, local_post, args, kwargs, ms_dtype)
     rows = []
@@ -509,7 +372,7 @@ def layer_diff(torch_module: Any, ms_cell: Any, args: Sequence[Any], kwargs: Opt
             torch_entries: List[Tuple[str, np.ndarray]] = []
             for c in calls:
                 if c.name == name:
-                    _dump_entries(f"call{c.call}", c.args, c.kwargs, torch_entries)
+                    torch_entries.extend(_dump_entries(f"call{c.call}", c.args, c.kwargs))
                     torch_entries.extend((f"call{c.call}.output.{i}", o) for i, o in enumerate(c.outputs))
             for side, entries in (("torch", torch_entries), ("mindspore", dumps.get(name, []))):
                 path = os.path.join(dump_dir, f"{_safe_file_name(name)}.{side}.safetensors")
@@ -524,15 +387,16 @@ def layer_diff(torch_module: Any, ms_cell: Any, args: Sequence[Any], kwargs: Opt
 
 
 def _torch_floors(torch_module: Any, args: Sequence[Any], kwargs: Mapping[str, Any],
-                  index: Mapping[Tuple[str, int], _Call], errors: _Errors) -> Dict[Tuple[str, int], float]:
+                  index: Mapping[Tuple[str, int], _Call], errors: Errors) -> Dict[Tuple[str, int], float]:
     """Per call: relative L2 of torch's outputs against the module run in float64 on the same inputs.
 
     The module is cast to float64 for the call and back after it (exact: every float32 value is
-    a float64 value) by :func:`xrand.pipelines.noise_floor.widened`, under which float32 pinned
+    a float64 value) by :func:`xrand.pipelines.widen.widened`, under which float32 pinned
     inside the model (and the captured inputs' float32) widens too.
     """
     import torch
 
+    pt = framework("torch")
     param = next(torch_module.parameters())
     floors: Dict[Tuple[str, int], float] = {}
     counts: Dict[str, int] = {}
@@ -543,36 +407,19 @@ def _torch_floors(torch_module: Any, args: Sequence[Any], kwargs: Mapping[str, A
             counts[name] = k + 1
             c = index.get((name, k))
             if c is not None:
-                err = errors(c.outputs, [t.detach().cpu().numpy() for t in flatten(output, torch.Tensor)])
+                err = errors(c.outputs, [t.detach().cpu().numpy() for t in leaves(output) if pt.is_tensor(t)])
                 if err is not None:
                     floors[(name, k)] = err["rel_l2"]
 
         handles.append(module.register_forward_hook(post))
-    from .noise_floor import widened
-
     try:
         with torch.no_grad(), widened([torch_module]):  # float64 throughout, cast back after
-            torch_module(*to_torch(list(args), param.device, torch.float64),
-                         **to_torch(dict(kwargs), param.device, torch.float64))
+            torch_module(*restore(list(args), pt, param.device, "float64"),
+                         **restore(dict(kwargs), pt, param.device, "float64"))
     finally:
         for h in handles:
             h.remove()
     return floors
-
-
-def _ms_leaf(v: Any) -> Any:
-    import mindspore as ms
-
-    if isinstance(v, ms.Tensor):
-        return v.float().asnumpy() if v.dtype == ms.bfloat16 else v.asnumpy()
-    return v
-
-
-def capture_call(args: Sequence[Any], kwargs: Mapping[str, Any]) -> Tuple[list, dict]:
-    """A torch denoiser call's ``(args, kwargs)`` for :func:`layer_diff`: every tensor as a NumPy
-    copy that keeps its dtype (so both sides get the very tensors the pipeline built), the rest as is."""
-    capture = _TorchCapture()
-    return list(capture.tree(list(args))), dict(capture.tree(dict(kwargs)))
 
 
 def unet_inputs(sample: np.ndarray, timestep: Any, encoder_hidden_states: Optional[np.ndarray] = None,
@@ -584,7 +431,7 @@ def unet_inputs(sample: np.ndarray, timestep: Any, encoder_hidden_states: Option
     return args, dict(extra)
 
 
-@dataclass
+@dataclass(frozen=True)
 class LayerOptions:
     """What ``xrand compare --layers`` asks for: the step, the threshold, the modules to dump."""
 
@@ -594,8 +441,8 @@ class LayerOptions:
     dump_dir: Optional[str] = None
 
     def check(self, steps: Optional[int] = None) -> "LayerOptions":
-        """UsageError naming the value for a step outside ``range(steps)`` (the run's scheduler
-        steps; None: only a negative step) or a bad threshold or folder."""
+        """These options, checked: UsageError naming the value for a step outside ``range(steps)``
+        (the run's denoiser calls; None: only a negative step) or a bad threshold or folder."""
         if isinstance(self.step, bool) or not isinstance(self.step, int):
             raise UsageTypeError(f"--layers-step must be an integer, got {self.step!r}")
         if self.step < 0 and steps is None:
@@ -604,7 +451,8 @@ class LayerOptions:
             raise UsageError(f"--layers-step {self.step} is outside the schedule; accepted: 0 to {steps - 1} "
                              f"(the run has {steps} steps)")
         if self.threshold is not None:
-            self.threshold = check_threshold(self.threshold)
+            object.__setattr__(self, "threshold", check_threshold(self.threshold))  # frozen: normalised once
+        object.__setattr__(self, "dump", tuple(self.dump))
         if self.dump and self.dump_dir is None:
             raise UsageError(f"modules {list(self.dump)!r} to dump but no folder; pass --layers-dump DIR")
         if self.dump_dir is not None:
@@ -618,8 +466,7 @@ class LayerOptions:
 def _run_hooked(ms_cell, cells, pre, post, args, kwargs, ms_dtype) -> None:
     """One PyNative MindSpore call with ``pre(cell, args, kwargs, name)`` and
     ``post(cell, args, kwargs, output, name)`` hooked on every named cell, removed afterwards."""
-    from .frameworks import mindspore_mode
-
+    ms = framework("mindspore")
     handles = []
     for name, cell in cells.items():
         handles.append(cell.register_forward_pre_hook(
@@ -628,7 +475,24 @@ def _run_hooked(ms_cell, cells, pre, post, args, kwargs, ms_dtype) -> None:
             lambda cell, a, kw, out, name=name: post(cell, a, kw, out, name), with_kwargs=True))
     try:
         with mindspore_mode("pynative"):
-            ms_cell(*to_mindspore(list(args), ms_dtype), **to_mindspore(kwargs, ms_dtype))
+            ms_cell(*restore(list(args), ms, None, ms_dtype), **restore(dict(kwargs), ms, None, ms_dtype))
     finally:
         for h in handles:
             h.remove()
+
+
+def layers_at_step(torch_side: Any, ms_side: Any, plan: Any, recording: Any, timesteps: Sequence[float]
+                   ) -> LayerReport:
+    """:func:`layer_diff` on the two loaded sides' denoisers, fed the call the torch side's denoiser
+    made at ``plan.layers.step`` (``recording``: the torch run's, which kept that call): the very
+    tensors torch's pipeline built there, for any recipe."""
+    options, k = plan.layers, plan.layers.step
+    call = recording.calls[k] if k < len(recording.calls) else None
+    if call is None:
+        raise RuntimeError(f"the torch side made no denoiser call {k}")
+    torch_denoiser = plan.recipe.denoiser_of(torch_side.pipe)
+    args, kwargs = as_call(call_signature(torch_side.fw, torch_denoiser), call.inputs)
+    with torch_side.fw.running(torch_side.device, "pynative"), ms_side.fw.running(ms_side.device, "pynative"):
+        return layer_diff(torch_denoiser, plan.recipe.denoiser_of(ms_side.pipe), args, kwargs,
+                          threshold=options.threshold, dump=options.dump, dump_dir=options.dump_dir,
+                          step=k, timestep=timesteps[k] if k < len(timesteps) else None)

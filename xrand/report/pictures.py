@@ -1,60 +1,15 @@
-"""What a person reads: report.json, comparison.png and divergence.png (layers.png with --layers), written atomically."""
+"""The pictures of a report: both sides' images and their difference, error per step, error per
+module call, and the scheduler matrix (matplotlib, written to PNG files)."""
 from __future__ import annotations
 
-import os
-from dataclasses import asdict
-from typing import Any, Dict
+from typing import Any
 
 import numpy as np
 
-from .compare import Comparison
-from .files import atomic_path, json_safe, pyplot, write_json
-
-REPORT_VERSION = 1
+from ..files import pyplot
 
 
-def report_dict(c: Comparison) -> Dict[str, Any]:
-    extra = {}
-    if c.noise_floor is not None:
-        extra["noise_floor"] = c.noise_floor
-    if c.layers is not None:
-        extra["layers"] = c.layers.to_dict()
-    return json_safe({
-        "xrand_report": REPORT_VERSION,
-        "verdict": "pass" if c.passed else "fail",
-        "summary": c.verdict(),
-        "frameworks": c.frameworks,
-        "settings": dict(asdict(c.settings), ran=c.ran),
-        "tolerance": {"metric": "rel_l2 of the final images", "value": c.tolerance},
-        "final": c.final,
-        "initial_noise": c.initial_noise,
-        "steps": [
-            {"step": i, "timestep": t, "global": g, **({"local": c.local_steps[i]} if c.local_steps else {})}
-            for i, (t, g) in enumerate(zip(c.timesteps, c.global_steps))
-        ],
-        "seconds": c.seconds,
-        "environment": c.environments,
-        **extra,
-    })
-
-
-def write_report(c: Comparison, out_dir: str) -> Dict[str, str]:
-    """Write the three files into ``out_dir`` (created if needed); return their paths."""
-    os.makedirs(out_dir, exist_ok=True)
-    paths = {name: os.path.join(out_dir, name) for name in ("report.json", "comparison.png", "divergence.png")}
-    write_json(paths["report.json"], report_dict(c))
-    with atomic_path(paths["comparison.png"]) as tmp:
-        plot_comparison(c, tmp)
-    with atomic_path(paths["divergence.png"]) as tmp:
-        plot_divergence(c, tmp)
-    if c.layers is not None:
-        paths["layers.png"] = os.path.join(out_dir, "layers.png")
-        with atomic_path(paths["layers.png"]) as tmp:
-            plot_layers(c.layers, tmp)
-    return paths
-
-
-def plot_comparison(c: Comparison, path: str, max_items: int = 8) -> None:
+def plot_comparison(c: Any, path: str, max_items: int = 8) -> None:
     """One row per batch item: image A, image B, |A - B| as a heat map."""
     plt = pyplot()
     a, b = c.images["a"][:max_items], c.images["b"][:max_items]
@@ -81,7 +36,7 @@ def plot_comparison(c: Comparison, path: str, max_items: int = 8) -> None:
     plt.close(fig)
 
 
-def plot_divergence(c: Comparison, path: str) -> None:
+def plot_divergence(c: Any, path: str) -> None:
     """Relative L2 and max |diff| per step: free running (global) and lockstep (local)."""
     plt = pyplot()
     steps = np.arange(1, len(c.global_steps) + 1)
@@ -138,6 +93,27 @@ def plot_layers(layers: Any, path: str) -> None:
     ax.set_ylabel("relative L2")
     step = f"step {layers.step}, timestep {layers.timestep}" if layers.step is not None else "one call"
     ax.set_title(f"module calls in execution order ({step})")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, format="png", dpi=100)
+    plt.close(fig)
+
+
+def plot_matrix(m: Any, path: str) -> None:
+    """Final relative L2 per scheduler on a log axis, the tolerance as a line."""
+    plt = pyplot()
+    labels = [r.label for r in m.rows]
+    values = [max(r.rel_l2, 1e-12) if r.rel_l2 is not None and r.rel_l2 == r.rel_l2 else 1.0 for r in m.rows]
+    colors = {"pass": "tab:green", "fail": "tab:red", "error": "tab:gray"}
+    fig, ax = plt.subplots(figsize=(9, 0.28 * len(labels) + 1.5))
+    ax.barh(range(len(labels)), values, color=[colors[r.verdict] for r in m.rows])
+    ax.set_yticks(range(len(labels)))
+    ax.set_yticklabels(labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.axvline(m.tolerance, color="black", lw=0.8, ls=":", label=f"tolerance {m.tolerance:g}")
+    ax.set_xlabel("relative L2, torch vs MindSpore, final images (errors drawn at 1)")
+    ax.set_title(m.summary()[:110], fontsize=8)
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, format="png", dpi=100)

@@ -1,0 +1,99 @@
+"""A comparison is planned once: the folder read once, each scheduler built once per run, every
+refusal before any model loads."""
+import builtins
+import json
+import os
+import sys
+
+import pytest
+
+import xrand
+from xrand.compare import make_plan
+from xrand.pipelines.settings import Settings
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("diffusers")
+pytest.importorskip("mindone.diffusers")
+
+from test_pipelines import make_tiny_model  # noqa: E402
+
+XRAND = os.path.dirname(os.path.abspath(xrand.__file__))
+
+
+def _from_xrand(frame) -> bool:
+    return os.path.abspath(frame.f_code.co_filename).startswith(XRAND + os.sep)
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    return make_tiny_model(tmp_path_factory.mktemp("plan") / "model")
+
+
+def test_one_compare_reads_model_index_once_and_builds_a_scheduler_per_run(tiny_model, tmp_path, monkeypatch):
+    """xrand's own reads and constructions (the libraries' from_pretrained reads and builds for itself)."""
+    from diffusers.configuration_utils import ConfigMixin as TorchConfigMixin
+    from diffusers.schedulers.scheduling_utils import SchedulerMixin as TorchSchedulerMixin
+    from mindone.diffusers.configuration_utils import ConfigMixin as MsConfigMixin
+    from mindone.diffusers.schedulers.scheduling_utils import SchedulerMixin as MsSchedulerMixin
+
+    from xrand.cli import main
+
+    reads, built = [], []
+    real_open = builtins.open
+
+    def counting_open(file, *args, **kwargs):
+        if str(file).endswith("model_index.json") and _from_xrand(sys._getframe(1)):
+            reads.append(str(file))
+        return real_open(file, *args, **kwargs)
+
+    def counting(config_mixin, scheduler_mixin, framework):
+        original = config_mixin.__dict__["from_config"].__func__
+
+        def from_config(cls, *args, **kwargs):
+            if issubclass(cls, scheduler_mixin) and _from_xrand(sys._getframe(1)):
+                built.append((framework, cls.__name__))
+            return original(cls, *args, **kwargs)
+
+        monkeypatch.setattr(config_mixin, "from_config", classmethod(from_config))
+
+    monkeypatch.setattr(builtins, "open", counting_open)
+    counting(TorchConfigMixin, TorchSchedulerMixin, "torch")
+    counting(MsConfigMixin, MsSchedulerMixin, "mindspore")
+    code = main(["compare", "--model", tiny_model, "--steps", "2", "--batch-size", "1", "--scheduler", "euler-a",
+                 "--quiet", "--out", str(tmp_path / "o")])
+    assert code == 0
+    assert reads == [os.path.join(tiny_model, "model_index.json")]
+    assert sorted(built) == [("mindspore", "EulerAncestralDiscreteScheduler"),  # its side
+                             ("torch", "EulerAncestralDiscreteScheduler"),  # its side
+                             ("torch", "EulerAncestralDiscreteScheduler")]  # the float64 floor run
+    report = json.load(open(tmp_path / "o" / "report.json"))
+    assert "noise_floor" in report and report["settings"]["ran"]["a"]["scheduler"] == "EulerAncestralDiscreteScheduler"
+
+
+def test_a_plan_is_immutable_and_a_cell_reuses_its_folder(tiny_model, monkeypatch):
+    import dataclasses
+
+    from xrand.compare import plan as plan_module
+
+    plan = make_plan(Settings(model=tiny_model, steps=3, scheduler="heun"), tolerance=1e-3, lockstep=True)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.tolerance = 1.0
+    assert plan.scheduler.cls == "HeunDiscreteScheduler" and plan.scheduler.config["_class_name"] == "DDIMScheduler"
+    monkeypatch.setattr(plan_module, "read_folder", lambda *a: pytest.fail("the folder was read again"))
+    cell = plan.cell(seed=7, scheduler="DPMSolverMultistepScheduler", scheduler_options={"use_karras_sigmas": True})
+    assert cell.folder is plan.folder and cell.settings.seed == 7 and cell.tolerance == 1e-3 and cell.lockstep
+    assert cell.scheduler.config["use_karras_sigmas"] is True and cell.scheduler.step_options == {}
+    with pytest.raises(xrand.UsageError, match="DPMSolverMultistepScheduler has no option 's_noise'"):
+        plan.cell(scheduler="DPMSolverMultistepScheduler", scheduler_options={"s_noise": 1.0})
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(tolerance=-1), "tolerance must be a finite number >= 0, got -1"),
+    (dict(mindspore_mode="jit"), "unknown MindSpore mode 'jit'; accepted: pynative, graph"),
+    (dict(frameworks=["jax"]), "unknown framework 'jax'; accepted: torch, mindspore"),
+    (dict(devices={"mindspore": "tpu"}), "unknown MindSpore device 'tpu'"),
+    (dict(frameworks=["mindspore"], noise_floor=True), "the noise floor is torch's own: it needs the torch side"),
+])
+def test_bad_plan_options_are_refused_naming_the_value(tiny_model, options, message):
+    with pytest.raises(xrand.UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        make_plan(Settings(model=tiny_model), **options)

@@ -1,0 +1,16 @@
+"""torch against MindSpore: plan a comparison once, run both sides, and measure how far apart they end.
+
+Modules, each importing only those above it in this list: :mod:`.trees` (nested inputs and
+outputs), :mod:`.metrics`, :mod:`.plan` (settings resolved once), :mod:`.boundary` (the
+denoiser and scheduler calls: recorded, fed), :mod:`.sides` (one framework's run),
+:mod:`.result` (two sides compared), :mod:`.floor` (torch's own noise floor), :mod:`.layers`
+(which module parts them), :mod:`.run` (both sides in one process), :mod:`.matrix` (every
+scheduler), :mod:`.sidefile` (a side in a file).
+"""
+from .layers import LayerOptions
+from .plan import DEFAULT_TOLERANCE, Plan, make_plan
+from .result import Comparison, compare_sides
+from .run import Pair, compare_frameworks, compare_loaded, load_pair
+
+__all__ = ["DEFAULT_TOLERANCE", "Comparison", "LayerOptions", "Pair", "Plan", "compare_frameworks", "compare_loaded",
+           "compare_sides", "load_pair", "make_plan"]

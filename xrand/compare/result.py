@@ -1,0 +1,104 @@
+"""A comparison's result: two recorded sides made into the numbers, the verdict and what ran."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+from ..checks import UsageError
+from ..pipelines.settings import Settings
+from .metrics import metrics
+from .plan import DEFAULT_TOLERANCE, check_tolerance
+from .sides import Side
+
+
+@dataclass
+class Comparison:
+    """The result of comparing two sides, as the report holds it."""
+
+    settings: Settings
+    frameworks: List[str]
+    tolerance: float
+    final: Dict[str, float]
+    initial_noise: Dict[str, float]
+    global_steps: List[Dict[str, float]]
+    local_steps: Optional[List[Dict[str, Any]]]
+    timesteps: List[int]
+    seconds: Dict[str, float]
+    environments: Dict[str, Dict[str, Any]]
+    images: Dict[str, np.ndarray] = field(repr=False, default_factory=dict)
+    ran: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+    noise_floor: Optional[Dict[str, Any]] = None  # torch against itself (floor.noise_floor)
+    layers: Optional[Any] = None  # a layers.LayerReport
+
+    @property
+    def passed(self) -> bool:
+        return self.final["rel_l2"] <= self.tolerance
+
+    def verdict(self) -> str:
+        a, b = self.frameworks
+        word = "PASS" if self.passed else "FAIL"
+        line = (f"{word}: {a} vs {b} after {self.settings.steps} steps, relative L2 {self.final['rel_l2']:.3g} "
+                f"(tolerance {self.tolerance:g}), max |diff| {self.final['max_abs']:.3g}, "
+                f"PSNR {self.final['psnr_db']:.1f} dB")
+        if self.noise_floor is not None:
+            line += "; " + floor_ratio_text(self.final["rel_l2"], self.noise_floor["rel_l2"], a, b,
+                                            self.settings.dtype)
+        return line
+
+
+def floor_ratio_text(rel_l2: float, floor: float, a: str = "torch", b: str = "mindspore", dtype: str = "float32") -> str:
+    """'MindSpore differs from torch by 1.4x torch's own float32 floor (1.2e-06)'."""
+    names = {"torch": "torch", "mindspore": "MindSpore"}
+    a, b = names.get(a, a), names.get(b, b)
+    ratio = "an unmeasurable multiple of" if floor == 0 and rel_l2 > 0 else f"{rel_l2 / floor if floor else 0:.3g}x"
+    return f"{b} differs from {a} by {ratio} {a}'s own {dtype} floor ({floor:.3g})"
+
+
+def compare_sides(a: Side, b: Side, tolerance: Optional[float] = None,
+                  local_steps: Optional[List[Dict[str, Any]]] = None) -> Comparison:
+    """Compare two recorded sides; ``UsageError`` if their settings, models or classes differ."""
+    check_comparable(a, b)
+    tolerance = DEFAULT_TOLERANCE[a.settings.dtype] if tolerance is None else check_tolerance(tolerance)
+    return Comparison(
+        settings=a.settings,
+        frameworks=[a.framework, b.framework],
+        tolerance=tolerance,
+        final=metrics(a.images, b.images, data_range=1.0),
+        initial_noise=metrics(a.initial_noise, b.initial_noise),
+        global_steps=[metrics(x, y) for x, y in zip(a.states, b.states)],
+        local_steps=local_steps,
+        timesteps=list(a.timesteps),
+        seconds={a.framework + ("" if a.framework != b.framework else " (a)"): a.seconds,
+                 b.framework + ("" if a.framework != b.framework else " (b)"): b.seconds},
+        environments={"a": a.environment, "b": b.environment},
+        images={"a": a.images, "b": b.images},
+        ran={"a": a.ran, "b": b.ran},
+    )
+
+
+def check_comparable(a: Side, b: Side) -> None:
+    """Two sides are comparable when they ran the same settings, weights, pipeline and scheduler;
+    one run against itself (the same side file twice, or a copy of it) is refused."""
+    if (a.framework, a.device, a.seconds, a.environment) == (b.framework, b.device, b.seconds, b.environment):
+        raise UsageError(f"both sides are the same {a.framework} run (same device, environment and timing): "
+                         "a run compared with itself says nothing; give the other framework's side")
+    mismatched = [
+        f"{key}: {getattr(a.settings, key)!r} vs {getattr(b.settings, key)!r}"
+        for key in Settings.COMPARED
+        if getattr(a.settings, key) != getattr(b.settings, key)
+    ]
+    for key in ("pipeline", "scheduler", "step_options"):
+        if a.ran.get(key) != b.ran.get(key):
+            mismatched.append(f"{key} run: {a.ran.get(key)!r} vs {b.ran.get(key)!r}")
+    if a.model_fingerprint != b.model_fingerprint:
+        mismatched.append(f"model: {a.model_fingerprint} vs {b.model_fingerprint}")
+    if a.images.shape != b.images.shape or a.states.shape != b.states.shape:
+        mismatched.append(f"shapes: images {a.images.shape} vs {b.images.shape}, "
+                          f"steps {a.states.shape} vs {b.states.shape}")
+    elif not np.allclose(a.timesteps, b.timesteps, rtol=1e-3, atol=1e-3):
+        # float timesteps (Karras, EDM) may differ in the last digits between the libraries
+        mismatched.append("timesteps differ")
+    if mismatched:
+        raise UsageError("the two runs are not comparable: " + "; ".join(mismatched))

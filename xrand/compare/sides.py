@@ -1,0 +1,167 @@
+"""One side of a comparison: a pipeline loaded on one framework, run from a seed, recorded.
+
+torch runs diffusers, MindSpore runs mindone.diffusers (with the CPU stand-ins of
+:mod:`xrand.mindspore_cpu` when MindSpore is on a CPU). Both get noise from an
+``xrand.Generator`` through :func:`xrand.patched`, and every denoiser call and scheduler step
+passes the :class:`.boundary.Boundary`, so sides can be compared step by step.
+
+    loaded = load(plan, "torch")          # once per model, dtype and pipeline
+    side = run(loaded, plan)              # any number of runs (seed, steps, scheduler...)
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Container, Dict, List, Optional
+
+import numpy as np
+
+from ..checks import UsageError
+from ..generator import Generator
+from ..patch import patched
+from ..pipelines import schedulers
+from ..pipelines.brownian import use_xrand_brownian
+from ..pipelines.frameworks import Framework, framework
+from ..pipelines.loop import denoising_loop
+from ..pipelines.settings import Settings
+from .boundary import Boundary, Recording
+from .plan import Plan
+
+
+@dataclass
+class Side:
+    """What one framework produced: images in [0, 1] (NHWC), the noise and every step.
+
+    ``ran``: the pipeline (or ``"denoising_loop"``), scheduler class, scheduler options, step
+    options and full scheduler config this side actually ran, and the noise values drawn
+    during the steps (``noise_draws``). ``recording``: the denoiser calls and steps kept for
+    lockstep and layers (not saved in side files).
+    """
+
+    framework: str
+    settings: Settings
+    images: np.ndarray
+    initial_noise: np.ndarray
+    states: np.ndarray  # (steps, batch, C, H, W): the sample after each scheduler step
+    timesteps: List[float]
+    seconds: float
+    model_fingerprint: str
+    environment: Dict[str, Any] = field(default_factory=dict)
+    device: str = "cpu"
+    ran: Dict[str, Any] = field(default_factory=dict)
+    recording: Optional[Recording] = field(default=None, repr=False)
+    local_steps: Optional[List[Dict[str, Any]]] = field(default=None, repr=False)
+
+
+@dataclass
+class Loaded:
+    """A pipeline loaded on one framework, reusable for many runs of the same model, dtype and pipeline."""
+
+    fw: Framework
+    pipe: Any
+    pipeline: str
+    model: str
+    dtype: str
+    device: Optional[str]  # torch device, or MindSpore device target (None: the context's)
+
+    @property
+    def framework(self) -> str:
+        return self.fw.name
+
+
+def load(plan: Plan, framework_name: str, quiet: bool = True) -> Loaded:
+    """Load the plan's model with its pipeline class on one framework."""
+    fw = framework(framework_name)
+    device = plan.devices.get(fw.name)
+    pipe = plan.recipe.load(fw, plan.folder, plan.settings.dtype, device)
+    if hasattr(pipe, "set_progress_bar_config"):  # a library pipeline (a recipe may load its own kind)
+        pipe.set_progress_bar_config(disable=quiet, desc=fw.name)
+    return Loaded(fw, pipe, plan.pipeline, plan.folder.path, plan.settings.dtype, device)
+
+
+class CountingGenerator(Generator):
+    """An ``xrand.Generator`` that counts the values it draws (noise drawn during the steps)."""
+
+    drawn = 0
+
+    def _draw(self, shape, dtype):
+        self.drawn += int(np.prod(shape))
+        return super()._draw(shape, dtype)
+
+
+class Everything:
+    """Every index (``record_calls=Everything()`` keeps every denoiser call)."""
+
+    def __contains__(self, index: object) -> bool:
+        return True
+
+
+def run(loaded: Loaded, plan: Plan, *, generator: Optional[CountingGenerator] = None,
+        record_calls: Optional[Container[int]] = None, record_steps: bool = False,
+        feed: Optional[Recording] = None) -> Side:
+    """Run a loaded pipeline as the plan says (seed, scheduler, inputs) and record it.
+
+    A new scheduler is built for the run (``plan.scheduler``). MindSpore runs in
+    ``plan.mindspore_mode``; a MindSpore side's ``environment`` says which mode ran and what the
+    compile cache did. ``generator``: the run's noise, when it must be other than
+    ``CountingGenerator(seed, stream=...)`` (the noise floor's float64 run draws as the float32
+    run did). ``record_calls`` / ``record_steps``: keep those denoiser calls / every step's
+    inputs in ``side.recording``; ``feed``: run fed the reference's recording (lockstep), with
+    the local error per step in ``side.local_steps``.
+    """
+    settings = plan.settings
+    if (plan.folder.path, settings.dtype, plan.pipeline) != (loaded.model, loaded.dtype, loaded.pipeline):
+        raise UsageError(f"this plan needs another pipeline: loaded {loaded.pipeline} {loaded.dtype} from "
+                         f"{loaded.model!r}, the plan runs {plan.pipeline} {settings.dtype} from {plan.folder.path!r}")
+    fw, pipe, recipe = loaded.fw, loaded.pipe, plan.recipe
+    pipe.scheduler = plan.scheduler.build(fw.import_library())
+    if generator is None:
+        generator = CountingGenerator(settings.seed, stream=settings.stream)
+    use_xrand_brownian(pipe.scheduler, generator, fw.name)  # DPMSolverSDE, CosineDPMSolverMultistep
+    boundary = Boundary(fw, plan.scheduler.step_options, generator, record_calls, record_steps, feed)
+    library_pipeline = recipe.runs_library_pipeline(plan.scheduler.cls)
+    start = time.perf_counter()
+    with patched(fw.library), fw.running(loaded.device, plan.mindspore_mode, plan.graph_identity()) as state, \
+            boundary.attached(recipe.denoiser_of(pipe), pipe.scheduler):
+        if library_pipeline:
+            images = pipe(**recipe.call_arguments(settings, generator), return_dict=False)[0]
+        else:
+            images = denoising_loop(fw, pipe, recipe, settings, plan.folder, generator)
+    seconds = time.perf_counter() - start
+    if not boundary.outputs:
+        raise RuntimeError(f"{recipe.pipeline} on {fw.name} never called scheduler.step")
+    return Side(
+        framework=fw.name,
+        settings=settings,
+        images=np.asarray(images, dtype=np.float32),
+        initial_noise=boundary.first_input,
+        states=np.stack(boundary.outputs),
+        timesteps=boundary.timesteps,
+        seconds=seconds,
+        model_fingerprint=plan.folder.fingerprint(),
+        device=fw.device_name(loaded.device),
+        environment=fw.environment(plan.mindspore_mode, state),
+        ran={
+            "pipeline": recipe.pipeline if library_pipeline else "denoising_loop",
+            "recipe": recipe.pipeline,
+            "scheduler": plan.scheduler.cls,
+            "scheduler_options": dict(settings.scheduler_options),
+            "step_options": dict(plan.scheduler.step_options),
+            "scheduler_config": schedulers.config_dict(pipe.scheduler),
+            "noise_draws": generator.drawn - boundary.drawn_before_steps,
+        },
+        recording=boundary.recording,
+        local_steps=boundary.local if feed is not None else None,
+    )
+
+
+def run_side(plan: Plan, framework_name: str, quiet: bool = False) -> Side:
+    """Load the model on one framework and run it (the whole of ``xrand run``)."""
+    from ..pipelines.environment import fingerprint
+
+    side = run(load(plan, framework_name, quiet), plan)
+    side.environment = {**fingerprint([framework_name]), **side.environment}
+    return side
+
+
+__all__ = ["CountingGenerator", "Everything", "Loaded", "Side", "load", "run", "run_side"]

@@ -1,0 +1,48 @@
+"""Pipelines as recipes (:class:`.base.Recipe`), one per pipeline class, found by class name.
+
+A new pipeline is one :class:`Recipe` subclass registered with :func:`register_recipe` (the
+families shipped here are registered below); nothing else in xrand names a pipeline's
+components.
+"""
+from __future__ import annotations
+
+from typing import Dict, Tuple
+
+from ...checks import UsageError, UsageTypeError
+from .base import Recipe, flag
+from .stable_diffusion import StableDiffusionRecipe
+from .unconditional import DDIMRecipe, DDPMRecipe
+
+#: pipeline class name -> its recipe.
+RECIPES: Dict[str, Recipe] = {}
+
+
+def register_recipe(recipe: Recipe) -> Recipe:
+    """Make ``recipe`` the one for its ``pipeline`` class name (replacing any before); returns it."""
+    if not isinstance(recipe, Recipe) or not isinstance(recipe.pipeline, str) or not recipe.pipeline:
+        raise UsageTypeError(f"register_recipe takes a Recipe instance with a pipeline class name, got {recipe!r}")
+    RECIPES[recipe.pipeline] = recipe
+    return recipe
+
+
+for _recipe in (DDIMRecipe(), DDPMRecipe(), StableDiffusionRecipe()):
+    register_recipe(_recipe)
+
+
+def pipelines() -> Tuple[str, ...]:
+    return tuple(RECIPES)
+
+
+def canonical_pipeline(name: object) -> str:
+    """A pipeline class name in any case -> the registered name; UsageError naming the accepted ones."""
+    match = {p.lower(): p for p in RECIPES}.get(str(name).lower()) if isinstance(name, str) else None
+    if match is None:
+        raise UsageError(f"unknown pipeline {name!r}; accepted: {', '.join(RECIPES)}")
+    return match
+
+
+def recipe(pipeline: str) -> Recipe:
+    return RECIPES[canonical_pipeline(pipeline)]
+
+
+__all__ = ["RECIPES", "Recipe", "canonical_pipeline", "flag", "pipelines", "recipe", "register_recipe"]

@@ -1,0 +1,78 @@
+"""torch in float64 for a block: the reference a noise floor is measured against.
+
+A float64 run of a loaded torch pipeline (or module) must be float64 throughout, without loading
+it again: :func:`widened` casts the modules in place and back, and :func:`widened_torch` makes
+every float32 that diffusers and transformers pin inside their models float64 too.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterable, Iterator
+
+
+@contextlib.contextmanager
+def widened(modules: Iterable[Any]) -> Iterator[None]:
+    """The torch modules among ``modules`` in float64, and :func:`widened_torch`, inside the block.
+
+    Every floating parameter and buffer is cast in place and back to its own dtype afterwards
+    (float32 or float16 -> float64 -> back is exact), so a loaded pipeline is measured without
+    loading it again. Anything that is not a ``torch.nn.Module`` (a scheduler, a tokenizer) is
+    left alone.
+    """
+    import torch
+
+    tensors = [t for m in modules if isinstance(m, torch.nn.Module)
+               for t in list(m.parameters()) + list(m.buffers()) if t.is_floating_point()]
+    dtypes = [t.dtype for t in tensors]
+    try:
+        with torch.no_grad():
+            for t in tensors:
+                t.data = t.data.to(torch.float64)
+        with widened_torch():
+            yield
+    finally:
+        with torch.no_grad():
+            for t, dtype in zip(tensors, dtypes):
+                t.data = t.data.to(dtype)
+
+
+@contextlib.contextmanager
+def widened_torch() -> Iterator[None]:
+    """Inside the block, torch's default dtype is float64 and a torch function mode turns every
+    narrow float dtype requested into float64.
+
+    The float64 reference must be float64 throughout: diffusers pins some computations to
+    float32 whatever the weights (get_timestep_embedding in models/embeddings.py builds its
+    frequencies with ``dtype=torch.float32`` and calls ``.float()``), so a float64 copy of the
+    model alone would leave them, and their rounding, out of the floor. The default dtype
+    covers tensors made without one (transformers' CLIP builds its causal mask with
+    ``torch.full(..., torch.finfo(dtype).min)``, which overflows a float32 default).
+    """
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    narrow = (torch.float32, torch.float16, torch.bfloat16)
+    to_double = {torch.Tensor.float: torch.Tensor.double, torch.Tensor.half: torch.Tensor.double,
+                 torch.Tensor.bfloat16: torch.Tensor.double}
+
+    def widen(value):
+        if isinstance(value, torch.dtype) and value in narrow:
+            return torch.float64
+        if isinstance(value, (list, tuple)) and any(isinstance(v, torch.dtype) for v in value):
+            return type(value)(widen(v) for v in value)
+        return value
+
+    class Widened(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            func = to_double.get(func, func)
+            args = tuple(widen(a) for a in args)
+            kwargs = {k: widen(v) for k, v in (kwargs or {}).items()}
+            return func(*args, **kwargs)
+
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        with Widened():
+            yield
+    finally:
+        torch.set_default_dtype(previous)

@@ -1,0 +1,54 @@
+"""What a person reads of a comparison: report.json, comparison.png and divergence.png (layers.png
+with --layers), each written whole or not at all."""
+from __future__ import annotations
+
+import os
+from dataclasses import asdict
+from typing import Any, Dict
+
+from ..compare.result import Comparison
+from ..files import atomic_path, json_safe, write_json
+from .pictures import plot_comparison, plot_divergence, plot_layers
+
+REPORT_VERSION = 1
+
+
+def report_dict(c: Comparison) -> Dict[str, Any]:
+    extra = {}
+    if c.noise_floor is not None:
+        extra["noise_floor"] = c.noise_floor
+    if c.layers is not None:
+        extra["layers"] = c.layers.to_dict()
+    return json_safe({
+        "xrand_report": REPORT_VERSION,
+        "verdict": "pass" if c.passed else "fail",
+        "summary": c.verdict(),
+        "frameworks": c.frameworks,
+        "settings": dict(asdict(c.settings), ran=c.ran),
+        "tolerance": {"metric": "rel_l2 of the final images", "value": c.tolerance},
+        "final": c.final,
+        "initial_noise": c.initial_noise,
+        "steps": [
+            {"step": i, "timestep": t, "global": g, **({"local": c.local_steps[i]} if c.local_steps else {})}
+            for i, (t, g) in enumerate(zip(c.timesteps, c.global_steps))
+        ],
+        "seconds": c.seconds,
+        "environment": c.environments,
+        **extra,
+    })
+
+
+def write_report(c: Comparison, out_dir: str) -> Dict[str, str]:
+    """Write the three files into ``out_dir`` (created if needed); return their paths."""
+    os.makedirs(out_dir, exist_ok=True)
+    paths = {name: os.path.join(out_dir, name) for name in ("report.json", "comparison.png", "divergence.png")}
+    write_json(paths["report.json"], report_dict(c))
+    with atomic_path(paths["comparison.png"]) as tmp:
+        plot_comparison(c, tmp)
+    with atomic_path(paths["divergence.png"]) as tmp:
+        plot_divergence(c, tmp)
+    if c.layers is not None:
+        paths["layers.png"] = os.path.join(out_dir, "layers.png")
+        with atomic_path(paths["layers.png"]) as tmp:
+            plot_layers(c.layers, tmp)
+    return paths
