@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import mindspore as ms
 from mindspore import ops
-from mindspore.ops.auto_generate.gen_ops_prim import repeat_interleave_tensor_op as _repeat_interleave_tensor
 
 # Whether _conv2d runs MindSpore's Conv2D (set by runtime.cap_onednn_isa; compiled into graphs
 # as a constant).
@@ -320,11 +319,12 @@ def _einsum(equation, *operands):
 
 
 def _repeat_interleave(input, repeats, dim=None, *, output_size=None):
-    """Tensor.repeat_interleave / mint.repeat_interleave with int repeats (kernel RepeatInterleaveInt;
-    Flux's and Wan's rotary embeddings): each element copied ``repeats`` times by a broadcast.
-    Tensor repeats go to RepeatInterleaveTensor, which has a CPU kernel."""
+    """Tensor.repeat_interleave / mint.repeat_interleave (kernels RepeatInterleaveInt and
+    RepeatInterleaveTensor; Flux's rotary embedding, PixArt's attention mask): int repeats copy
+    each element by a broadcast; tensor repeats go to ops.repeat_interleave (RepeatElements
+    and a concat), which the CPU has."""
     if not isinstance(repeats, int):
-        return _repeat_interleave_tensor(input, repeats, dim, output_size)
+        return ops.repeat_interleave(input, repeats, dim)
     if dim is None:
         input, dim = input.reshape((-1,)), 0
     dim = dim % input.ndim
@@ -446,7 +446,7 @@ def _normalize(input, p=2.0, dim=1, eps=1e-12):
     elif p == 1:
         norm = ops.sum(magnitude, dim, keepdim=True)
     elif p == float("inf"):
-        norm = ops.amax(magnitude, dim, keepdim=True)
+        norm = ops.amax(magnitude, dim, True)
     else:
         norm = ops.pow(ops.sum(ops.pow(magnitude, p), dim, keepdim=True), 1.0 / p)
     return input / ops.clamp(norm, min=eps)
