@@ -79,8 +79,8 @@ def clip_text_config_ids() -> Dict[str, int]:
 def write_t5_tokenizer(folder: Path, max_length: int = 512) -> Path:
     """Train a small Unigram model, wrap it as ``T5TokenizerFast`` and save it in ``folder``.
 
-    ``max_length`` becomes the tokenizer's ``model_max_length``. Training is deterministic: the
-    same sentences give the same vocabulary on every machine.
+    ``max_length`` becomes the tokenizer's ``model_max_length``. The same sentences give the
+    same vocabulary and ids on every machine.
     """
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
     from transformers import T5TokenizerFast
@@ -96,9 +96,13 @@ def write_t5_tokenizer(folder: Path, max_length: int = 512) -> Path:
     trainer = trainers.UnigramTrainer(vocab_size=T5_VOCAB_SIZE, special_tokens=[T5_PAD, T5_EOS, T5_UNK],
                                       unk_token=T5_UNK, show_progress=False)
     model.train_from_iterator(T5_SENTENCES, trainer)
-    eos_id = model.token_to_id(T5_EOS)
+    # The trainer finds the same pieces every time, but its parallel sums move scores in the
+    # last bits and tied pieces trade places: rounded and sorted, the ids are the same everywhere.
+    trained = json.loads(model.to_str())["model"]["vocab"]
+    pieces = sorted(((piece, round(score, 4)) for piece, score in trained[3:]), key=lambda p: (-p[1], p[0]))
+    model.model = models.Unigram([(T5_PAD, 0.0), (T5_EOS, 0.0), (T5_UNK, 0.0)] + pieces, unk_id=2)
     model.post_processor = processors.TemplateProcessing(
-        single=f"$A {T5_EOS}", pair=f"$A {T5_EOS} $B {T5_EOS}", special_tokens=[(T5_EOS, eos_id)])
+        single=f"$A {T5_EOS}", pair=f"$A {T5_EOS} $B {T5_EOS}", special_tokens=[(T5_EOS, 1)])
     tokenizer = T5TokenizerFast(tokenizer_object=model, pad_token=T5_PAD, eos_token=T5_EOS, unk_token=T5_UNK,
                                 extra_ids=0, model_max_length=max_length)
     tokenizer.save_pretrained(str(folder))
