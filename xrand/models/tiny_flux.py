@@ -9,6 +9,8 @@ transformer's ``in_channels`` is 4 x 16 = 64 and the image side a multiple of 4 
 
 A tiny run: ``height=32, width=32, max_sequence_length=32`` (the pipeline's default size is
 128 x VAE factor whatever the transformer, and its default 512 T5 tokens cost most of the time).
+Guidance is the embedded kind (``guidance_scale`` 3.5 goes into the transformer; no second
+pass). Noise: one draw of (batch, 16, 16, 16), then packed 2x2 into (batch, 64 tokens, 64).
 """
 from __future__ import annotations
 

@@ -9,6 +9,8 @@ A tiny run: ``height=32, width=32, max_sequence_length=32, use_resolution_binnin
 clean_caption=False``. Resolution binning would snap 32x32 to the nearest of PixArt's
 aspect-ratio bins (256 pixels and up); caption cleaning needs bs4 and ftfy and otherwise warns
 and turns itself off, so a run should not depend on what is installed.
+Noise: one draw of the latents, (batch, 4, 16, 16); DPMSolverMultistepScheduler's ``step``
+draws more only with its SDE algorithm types.
 """
 from __future__ import annotations
 

@@ -12,6 +12,17 @@ writes the same weights on every machine.
     from xrand.models.tiny_sd import build_tiny_sd
     folder = build_tiny_sd("/tmp/tiny-sd", seed=0)
     pipe = diffusers.StableDiffusionPipeline.from_pretrained(folder)
+
+A tiny run: ``height=32, width=32``. ``StableDiffusionImg2ImgPipeline`` loads the same folder and
+takes ``image`` (32x32) and ``strength`` (``num_inference_steps=4, strength=0.5`` runs 2 steps);
+:func:`build_inpaint` writes a ``StableDiffusionInpaintPipeline`` folder (UNet of 9 input
+channels) that takes ``image`` and ``mask_image`` (32x32) as well.
+
+Noise: text to image draws the latents (batch, 4, 16, 16) once. Image to image draws twice:
+the VAE's ``latent_dist.sample`` of the input image, then the noise that ``scheduler.add_noise``
+mixes into it. Inpainting (9-channel UNet) draws, in order: the input image's VAE sample
+(skipped at strength 1), the noise (mixed in by ``add_noise``, or the latents themselves at
+strength 1), then the masked image's VAE sample for the UNet's extra channels.
 """
 from __future__ import annotations
 

@@ -8,6 +8,8 @@ tokenizers and a T5 tokenizer, an AutoencoderKL with 16 latent channels and a ``
 
 A tiny run: ``height=32, width=32, max_sequence_length=32`` (default size: transformer sample
 16 x VAE factor 2; the default 256 T5 tokens would cost most of the time).
+Noise: one draw of the latents, (batch, 16, 16, 16); FlowMatchEulerDiscreteScheduler's ``step``
+draws none by default.
 """
 from __future__ import annotations
 
@@ -43,7 +45,8 @@ SCHEDULER = dict(num_train_timesteps=1000, shift=3.0)  # stable-diffusion-3-medi
 def build(folder: PathLike, seed: int = 0) -> Path:
     """Write a random-weight ``StableDiffusion3Pipeline`` folder (safetensors) and return its path."""
     folder, seed = new_model_folder(folder, seed)
-    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel, StableDiffusion3Pipeline
+    from diffusers import (AutoencoderKL, FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel,
+                           StableDiffusion3Pipeline)
     from transformers import CLIPTextConfig, CLIPTextModelWithProjection, CLIPTokenizer, T5TokenizerFast
 
     tokenizer = CLIPTokenizer.from_pretrained(str(write_clip_tokenizer(folder / "tokenizer")))

@@ -7,6 +7,8 @@ CLIP tokenizers, an AutoencoderKL (32/64 channels, 4 latent channels) and SDXL's
 EulerDiscreteScheduler settings.
 
 A tiny run: ``height=32, width=32`` (the default: UNet sample 16 x VAE factor 2).
+Noise: one draw of the latents, (batch, 4, 16, 16); Euler's ``step`` draws more only with
+``s_churn`` > 0.
 """
 from __future__ import annotations
 

@@ -9,6 +9,8 @@ UniPCMultistepScheduler with flow sigmas (flow_shift 3). Latents are 5-D:
 A tiny run: ``height=32, width=32, num_frames=5, max_sequence_length=32`` (num_frames must be
 4k + 1; height and width multiples of 16: VAE factor 8 x patch 2). diffusers' WanPipeline needs
 ``ftfy`` (its prompt cleaning) and its ``from_pretrained`` needs ``accelerate``.
+Noise: one float32 draw of the latents, (batch, 16, 2, 4, 4) for 5 frames of 32x32; UniPC
+draws none.
 """
 from __future__ import annotations
 
