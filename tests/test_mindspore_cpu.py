@@ -479,3 +479,267 @@ def test_geglu_compiles_in_graph_mode_with_pynative_numbers():
             graph = cell(x).asnumpy()
     assert graph.shape == (2, 3, 4)
     np.testing.assert_allclose(graph, pynative, rtol=1e-6, atol=1e-7)
+
+
+# ---------------------------------------------------------------- SDXL, SD3, Flux, PixArt, Wan operators
+
+def _family_originals():
+    from mindone.diffusers.models import layers_compat
+    from mindone.diffusers.models.attention_processor import Attention
+    from mindspore.ops.operations import nn_ops
+
+    return {
+        "mint.outer": mint.outer, "F.embedding": MF.embedding,
+        "Embedding.construct": vars(mint.nn.Embedding)["construct"], "mint.einsum": mint.einsum,
+        "Tensor.repeat_interleave": vars(ms.Tensor).get("repeat_interleave"),
+        "mint.repeat_interleave": mint.repeat_interleave, "nn_ops.FlashAttentionScore": nn_ops.FlashAttentionScore,
+        "mint.randn": mint.randn, "Attention.math_attention_op": vars(Attention)["math_attention_op"],
+        "F.conv3d": MF.conv3d, "Conv3d.construct": vars(mint.nn.Conv3d)["construct"],
+        "Tensor.clone": vars(ms.Tensor).get("clone"), "mint.clone": mint.clone, "F.normalize": MF.normalize,
+        "layers_compat.FlashAttentionScore": layers_compat.ops.operations.nn_ops.FlashAttentionScore,
+    }
+
+
+def test_every_family_operator_is_replaced_on_the_cpu_and_restored():
+    before = _family_originals()
+    assert "repeat_interleave" not in vars(ms.Tensor) and "clone" not in vars(ms.Tensor)  # the C++ TensorPy's
+    mindspore_cpu.install()
+    during = _family_originals()
+    assert [k for k in before if during[k] is before[k]] == []
+    mindspore_cpu.uninstall()
+    assert _family_originals() == before
+    assert "repeat_interleave" not in vars(ms.Tensor) and "clone" not in vars(ms.Tensor)
+
+
+def test_none_of_the_family_operators_is_replaced_off_the_cpu(monkeypatch):
+    before = _family_originals()
+    real = ms.get_context
+    monkeypatch.setattr(ms, "get_context", lambda key: "Ascend" if key == "device_target" else real(key))
+    assert mindspore_cpu.install() is False
+    assert _family_originals() == before
+
+
+def _flash(layout="BNSD", scale=1.0):
+    from mindspore.ops.operations import nn_ops
+
+    return nn_ops.FlashAttentionScore(head_num=2, scale_value=scale, input_layout=layout)
+
+
+def test_without_the_fallbacks_the_family_operators_fail_on_the_cpu():
+    """Why each family stand-in exists (if MindSpore gains a CPU kernel, this test says so)."""
+    x, ids = ms.tensor(_rand(2, 3)), ms.tensor(np.array([[0, 1]]))
+    q = ms.tensor(_rand(1, 2, 3, 4)).astype(ms.float16)
+    for call in (lambda: mint.outer(x[0], x[1]), lambda: MF.embedding(ids, x),
+                 lambda: mint.nn.Embedding(2, 3)(ids),
+                 lambda: x.repeat_interleave(2, 1, output_size=6),  # as Flux calls it (without: another kernel)
+                 lambda: mint.repeat_interleave(x, 2), lambda: _flash()(q, q, q)[3], lambda: mint.randn(2, 3),
+                 lambda: mint.nn.Conv3d(2, 1, 1)(ms.tensor(_rand(1, 2, 3, 3, 3))),
+                 lambda: x.clone(), lambda: mint.clone(x), lambda: MF.normalize(x)):
+        with pytest.raises(RuntimeError, match="kernel"):
+            call().asnumpy()  # PyNative may fail only when read
+    with pytest.raises(NotImplementedError, match="only supports Ascend"):
+        mint.einsum("ij->ji", x)
+    with pytest.raises(NotImplementedError, match="only supports Ascend"):
+        MF.conv3d(ms.tensor(_rand(1, 2, 3, 3, 3)), ms.tensor(_rand(1, 2, 1, 1, 1)))
+
+
+def test_without_its_fallback_mindones_math_attention_refuses_a_4d_mask():
+    """mindone's own attention off Ascend flattens query, key and value to 3-D but not the mask
+    (with every other fallback in place: Baddbmm has no CPU kernel either). In PixArt the batch
+    sizes differ and the add cannot broadcast; here the scores come out 4-D for the next bmm."""
+    from mindone.diffusers.models.attention_processor import Attention
+
+    mindones = vars(Attention)["math_attention_op"]
+    attn = Attention(query_dim=8, heads=2, dim_head=4)
+    q, mask = ms.tensor(_rand(1, 2, 3, 4)), ms.tensor(np.zeros((1, 2, 1, 5), np.float32))
+    with mindspore_cpu.cpu_fallbacks(), pytest.raises(ValueError, match="broadcast|3D"):  # mask and scores mix
+        mindones(attn, q, ms.tensor(_rand(1, 2, 5, 4)), ms.tensor(_rand(1, 2, 5, 4)), mask).asnumpy()
+
+
+@pytest.mark.parametrize("dtypes", [("float32", "float32"), ("float32", "float64"), ("int64", "int64")])
+def test_outer_matches_torch(fallbacks, dtypes):
+    a, b = (_rand(5, seed=1) * 10).astype(dtypes[0]), (_rand(3, seed=2) * 10).astype(dtypes[1])
+    out = mint.outer(ms.tensor(a), ms.tensor(b)).asnumpy()
+    ref = torch.outer(torch.from_numpy(a), torch.from_numpy(b)).numpy()
+    assert out.dtype == ref.dtype
+    np.testing.assert_array_equal(out, ref)
+
+
+@pytest.mark.parametrize("max_norm", [None, 1.5])
+def test_embedding_matches_torch(fallbacks, max_norm):
+    weight, ids = _rand(10, 4) * 2, np.array([[0, 3, 9], [3, 3, 1]])
+    out = MF.embedding(ms.tensor(ids), ms.tensor(weight), max_norm=max_norm).asnumpy()
+    ref = TF.embedding(torch.from_numpy(ids), torch.from_numpy(weight.copy()), max_norm=max_norm).numpy()
+    np.testing.assert_allclose(out, ref, rtol=1e-6, atol=0 if max_norm is None else 1e-7)
+    layer = mint.nn.Embedding(10, 4, _weight=ms.tensor(weight))
+    np.testing.assert_array_equal(layer(ms.tensor(ids)).asnumpy(), weight[ids])
+
+
+@pytest.mark.parametrize("equation, shapes", [
+    ("nhwpqc->nchpwq", [(2, 3, 4, 2, 2, 5)]),  # SD3's and PixArt's unpatchify: a permutation
+    ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]), ("...n,d->...nd", [(2, 3, 4), (6,)]), ("ij,jk", [(3, 4), (4, 2)]),
+    ("i,i->", [(7,), (7,)]), ("bhqd,bhkd->bhqk", [(1, 2, 3, 4), (1, 2, 5, 4)]), ("ij->j", [(3, 4)]),
+])
+def test_einsum_matches_torch(fallbacks, equation, shapes):
+    xs = [_rand(*s, seed=k) for k, s in enumerate(shapes)]
+    out = mint.einsum(equation, *[ms.tensor(x) for x in xs]).asnumpy()
+    ref = torch.einsum(equation, *[torch.from_numpy(x) for x in xs]).numpy()
+    assert out.shape == ref.shape
+    if len(xs) == 1 and "->" in equation and len(equation.split("->")[1]) == len(equation.split("->")[0]):
+        np.testing.assert_array_equal(out, ref)  # a permutation moves values, exactly
+    else:
+        np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
+    listed = mint.einsum(equation, [ms.tensor(x) for x in xs]).asnumpy()  # operands as one list, as torch takes
+    np.testing.assert_array_equal(listed, out)
+
+
+def test_einsum_refuses_what_it_does_not_compute(fallbacks):
+    with pytest.raises(ValueError, match="repeats a letter"):
+        mint.einsum("ii->i", ms.tensor(_rand(3, 3)))
+    with pytest.raises(ValueError, match="2 operands, 1 given"):
+        mint.einsum("ij,jk->ik", ms.tensor(_rand(3, 3)))
+
+
+@pytest.mark.parametrize("repeats, dim", [(2, 1), (3, 0), (2, -1), (2, None), ("tensor", 1)])
+def test_repeat_interleave_matches_torch(fallbacks, repeats, dim):
+    x = _rand(2, 3, 4)
+    ms_reps, pt_reps = (ms.tensor([1, 0, 2]), torch.tensor([1, 0, 2])) if repeats == "tensor" else (repeats, repeats)
+    ref = torch.from_numpy(x).repeat_interleave(pt_reps, dim).numpy()
+    for out in (ms.tensor(x).repeat_interleave(ms_reps, dim), mint.repeat_interleave(ms.tensor(x), ms_reps, dim)):
+        np.testing.assert_array_equal(out.asnumpy(), ref)
+    # Flux's rotary embedding: freqs.cos().repeat_interleave(2, dim=1, output_size=...)
+    np.testing.assert_array_equal(ms.tensor(x[0]).repeat_interleave(2, dim=1, output_size=8).asnumpy(),
+                                  np.repeat(x[0], 2, axis=1))
+
+
+@pytest.mark.parametrize("layout", ["BNSD", "BSND", "BSH"])
+@pytest.mark.parametrize("masked", [False, True])
+def test_flash_attention_matches_torch_sdpa(fallbacks, layout, masked):
+    q, k, v = _rand(2, 2, 5, 4, seed=1), _rand(2, 2, 7, 4, seed=2), _rand(2, 2, 7, 4, seed=3)
+    keep = np.ones((2, 1, 5, 7), bool)
+    if masked:
+        keep[0, :, :, 4:] = False
+        keep[1, :, :, :2] = False
+    scale = 0.5
+    ref = TF.scaled_dot_product_attention(*(torch.from_numpy(t) for t in (q, k, v)),
+                                          attn_mask=torch.from_numpy(keep) if masked else None, scale=scale).numpy()
+    to_layout = {"BNSD": lambda t: t, "BSND": lambda t: t.transpose(0, 2, 1, 3),
+                 "BSH": lambda t: t.transpose(0, 2, 1, 3).reshape(t.shape[0], t.shape[2], -1)}[layout]
+    mask = ms.tensor(~keep) if masked else None  # MindSpore's mask: True discards
+    out = _flash(layout, scale)(*(ms.tensor(to_layout(t)) for t in (q, k, v)), None, None, None, mask)[3]
+    np.testing.assert_allclose(out.asnumpy(), to_layout(ref), rtol=1e-5, atol=1e-6)
+    half = _flash(layout, scale)(*(ms.tensor(to_layout(t)).astype(ms.float16) for t in (q, k, v)),
+                                 None, None, None, mask)[3]
+    assert half.dtype == ms.float16  # computed in float32, returned in the inputs' dtype
+    np.testing.assert_allclose(half.asnumpy().astype(np.float32), to_layout(ref), rtol=2e-3, atol=2e-3)
+
+
+def test_flash_attention_refuses_what_it_does_not_compute(fallbacks):
+    from mindspore.ops.operations import nn_ops
+
+    with pytest.raises(ValueError, match="layouts"):
+        nn_ops.FlashAttentionScore(1, input_layout="TND")
+    with pytest.raises(ValueError, match="inference"):
+        nn_ops.FlashAttentionScore(1, keep_prob=0.9)
+
+
+def test_mindones_math_attention_with_a_4d_mask_matches_torch_sdpa(fallbacks):
+    """PixArt's cross-attention: (batch, heads, 1, tokens) additive text mask."""
+    from mindone.diffusers.models.attention_processor import Attention
+
+    attn = Attention(query_dim=8, heads=2, dim_head=4)
+    q, k, v = _rand(2, 2, 3, 4, seed=1), _rand(2, 2, 5, 4, seed=2), _rand(2, 2, 5, 4, seed=3)
+    bias = np.zeros((2, 2, 1, 5), np.float32)
+    bias[0, :, :, 3:] = -10000.0
+    out = attn.math_attention_op(ms.tensor(q), ms.tensor(k), ms.tensor(v), ms.tensor(bias)).asnumpy()
+    ref = TF.scaled_dot_product_attention(*(torch.from_numpy(t) for t in (q, k, v)),
+                                          attn_mask=torch.from_numpy(bias)).numpy()
+    # mindone scales query and key by sqrt(scale) each, torch their product: a few ulps apart
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=3e-6)
+    keep = bias == 0  # a boolean mask (True keeps, torch's convention, as mindone's callers pass it)
+    out = attn.math_attention_op(ms.tensor(q), ms.tensor(k), ms.tensor(v), ms.tensor(keep)).asnumpy()
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=3e-6)
+
+
+def test_randn_draws_standard_normal_values_of_the_asked_shape(fallbacks):
+    """No torch counterpart to match value for value: mindone draws with it only to initialise
+    weights that loading replaces (PixArt's scale_shift_table)."""
+    ms.set_seed(0)
+    a = mint.randn(200, 50)
+    ms.set_seed(0)
+    b = mint.randn((200, 50), dtype=ms.float16)
+    assert a.shape == b.shape == (200, 50) and a.dtype == ms.float32 and b.dtype == ms.float16
+    values = a.asnumpy()
+    assert abs(values.mean()) < 0.05 and abs(values.std() - 1) < 0.05
+    np.testing.assert_allclose(b.asnumpy(), values, atol=2e-3)  # the same seed, the same draw
+    with pytest.raises(RuntimeError, match="generator"):
+        mint.randn(2, generator=ms.Generator())
+
+
+@pytest.mark.parametrize("stride, padding, dilation, groups, bias", [
+    (1, 1, 1, 1, True), ((1, 2, 2), 0, 1, 1, True), (1, (0, 1, 1), 1, 2, False), (1, 2, 2, 1, True),
+    (1, "same", 1, 1, True),
+])
+def test_conv3d_matches_torch(fallbacks, stride, padding, dilation, groups, bias):
+    x, w, b = _rand(2, 4, 5, 7, 6, seed=1), _rand(6, 4 // groups, 3, 3, 3, seed=2), _rand(6, seed=3)
+    out = MF.conv3d(ms.tensor(x), ms.tensor(w), ms.tensor(b) if bias else None, stride, padding, dilation, groups)
+    ref = TF.conv3d(torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(b) if bias else None,
+                    stride, padding, dilation, groups)
+    np.testing.assert_allclose(out.asnumpy(), ref.numpy(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("padding_mode", ["zeros", "replicate"])
+def test_conv3d_layer_matches_torch(fallbacks, padding_mode):
+    layer = mint.nn.Conv3d(3, 5, 3, stride=(1, 2, 2), padding=1, padding_mode=padding_mode)
+    ref = torch.nn.Conv3d(3, 5, 3, stride=(1, 2, 2), padding=1, padding_mode=padding_mode)
+    with torch.no_grad():
+        layer.weight.set_data(ms.tensor(ref.weight.numpy()))
+        layer.bias.set_data(ms.tensor(ref.bias.numpy()))
+        x = _rand(1, 3, 4, 9, 8)
+        expected = ref(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(layer(ms.tensor(x)).asnumpy(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_clone_copies_the_values_and_owns_them(fallbacks):
+    x = ms.tensor(_rand(2, 3))
+    copies = [x.clone(), mint.clone(x), x[:, 1:].clone()]
+    expected = [x.asnumpy().copy(), x.asnumpy().copy(), x.asnumpy()[:, 1:].copy()]
+    x[0, 1] = 100.0  # Wan's VAE keeps clones of its cache: a later write to the source must not reach them
+    for copy, want in zip(copies, expected):
+        assert copy.dtype == x.dtype
+        np.testing.assert_array_equal(copy.asnumpy(), want)
+
+
+@pytest.mark.parametrize("p, dim", [(2.0, 1), (2.0, -1), (1.0, 0), (float("inf"), 1), (3.0, 1)])
+def test_normalize_matches_torch(fallbacks, p, dim):
+    x = _rand(3, 4, 5)
+    x[0, :, 0] = 0.0  # a zero vector: the eps clamp
+    out = MF.normalize(ms.tensor(x), p=p, dim=dim).asnumpy()
+    ref = TF.normalize(torch.from_numpy(x), p=p, dim=dim).numpy()
+    np.testing.assert_allclose(out, ref, rtol=1e-6, atol=1e-7)
+
+
+def test_the_family_fallbacks_compile_in_graph_mode_with_pynatives_numbers():
+    from mindspore.ops.operations import nn_ops
+
+    class Block(ms.nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.embed = mint.nn.Embedding(10, 8)
+            self.conv = mint.nn.Conv3d(2, 2, 3, padding=1)
+
+        def construct(self, ids, x, video):
+            h = self.embed(ids) + mint.outer(x[0, 0], x[0, 1])[:2, :8] + MF.normalize(x, dim=-1)
+            h = mint.einsum("bsd->bds", h).swapaxes(1, 2)
+            q = h.reshape(1, 2, 2, 4).swapaxes(1, 2).astype(ms.float16)
+            attn = nn_ops.FlashAttentionScore(head_num=2, scale_value=0.5, input_layout="BNSD")(q, q, q)[3]
+            return h + attn.swapaxes(1, 2).reshape(1, 2, 8).astype(ms.float32), self.conv(video)
+
+    block = Block()
+    inputs = (ms.tensor(np.array([[1, 7]])), ms.tensor(_rand(1, 2, 8)), ms.tensor(_rand(1, 2, 3, 4, 4)))
+    with mindspore_cpu.cpu_fallbacks():
+        pynative = [o.asnumpy() for o in block(*inputs)]
+        with mindspore_mode("graph"):
+            graph = [o.asnumpy() for o in block(*inputs)]
+    for g, p in zip(graph, pynative):
+        np.testing.assert_allclose(g, p, rtol=1e-6, atol=1e-6)

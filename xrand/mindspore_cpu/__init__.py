@@ -3,7 +3,8 @@
 Several ``mindspore.mint`` operators that mindone calls have Ascend kernels only; on a CPU
 they fail with "The kernel X unregistered". :func:`install` swaps each of them for the same
 math built from MindSpore operators that have CPU kernels, wherever mindone looks it up, so
-mindone's own pipelines (DDIM, Stable Diffusion) and schedulers run unchanged. ``Tensor.lerp``
+mindone's own pipelines (DDIM, Stable Diffusion, img2img, inpainting, SDXL, SD3, Flux,
+PixArt-Sigma, Wan) and schedulers run unchanged. ``Tensor.lerp``
 has a CPU kernel but gives NaN for a -inf start where torch gives -inf; it is replaced too.
 It does nothing unless MindSpore's device target is ``"CPU"`` (Ascend and GPU keep their own
 kernels); :func:`uninstall` puts every original object back.
@@ -17,7 +18,10 @@ kernels); :func:`uninstall` puts every original object back.
 targets the CPU, and takes the fallbacks out again at the end of the block.
 
 The fallbacks compile in MindSpore's graph mode too (each Cell compiled on its first call);
-one, mindone's GEGLU (Stable Diffusion's feed-forward), is there for graph mode only.
+one, mindone's GEGLU (Stable Diffusion's feed-forward), is there for graph mode only. Those for
+Tensor methods (nonzero, lerp, repeat_interleave, clone) act in PyNative only: graph mode
+compiles a Tensor method to MindSpore's own primitive, so the transformers of SD3, Flux and Wan
+stop there at Chunk (``Tensor.chunk``) and PixArt's at RepeatInterleaveInt.
 
 On a CPU, :func:`tune_cpu_runtime` matters as much as the fallbacks: synchronous launch (about
 faster per PyNative step) and MindSpore's oneDNN at AVX2 (:func:`cap_onednn_isa`), where its

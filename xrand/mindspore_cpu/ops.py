@@ -240,12 +240,226 @@ def _geglu_construct(self, hidden_states):
     return hidden_states * self.gelu(gate)
 
 
+# ------------------------------------------------ SDXL, SD3, Flux, PixArt, Wan
+# Found running mindone 0.5.0's pipelines of those families on the tiny folders of xrand.models.
+
+
+def _outer(input, vec2):
+    """mint.outer (kernel Outer; SD3/PixArt's 2-D sincos position embedding): one product per
+    element, as torch computes it, float32 with float64 giving float64."""
+    return input.reshape((-1, 1)) * vec2.reshape((1, -1))
+
+
+def _embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False):
+    """mint.nn.functional.embedding (kernel Embedding; T5 and UMT5 token embeddings): the rows of
+    ``weight`` that ``input`` indexes, by Gather. ``padding_idx`` and ``scale_grad_by_freq`` only
+    shape gradients; rows longer than ``max_norm`` come back scaled to it, as torch returns them
+    (without torch's in-place renorm of ``weight``)."""
+    rows = ops.gather(weight, input, 0)
+    if max_norm is None:
+        return rows
+    norms = ops.norm(rows, norm_type, -1, keepdim=True)
+    return ops.where(norms > max_norm, rows * (max_norm / (norms + 1e-7)), rows)
+
+
+def _embedding_construct(self, input):
+    """mint.nn.Embedding.construct (kernel Embedding), calling the CPU embedding."""
+    return _embedding(input, self.weight, self.padding_idx, self.max_norm, self.norm_type, self.scale_grad_by_freq)
+
+
+def _einsum_plan(equation, ndims):
+    """Each operand's letters, spelled out (``...`` as capitals), and the output's letters.
+
+    Repeated letters within one operand (diagonals, traces) are refused: no family uses them.
+    """
+    equation = equation.replace(" ", "")
+    inputs, arrow, output = equation.partition("->")
+    inputs = inputs.split(",")
+    if len(inputs) != len(ndims):
+        raise ValueError(f"einsum: equation {equation!r} names {len(inputs)} operands, {len(ndims)} given")
+    ellipsis_dims = max([n - len(spec.replace("...", "")) for spec, n in zip(inputs, ndims) if "..." in spec] + [0])
+    spelled = []
+    for spec, n in zip(inputs, ndims):
+        if "..." in spec:
+            own = n - len(spec.replace("...", ""))
+            spec = spec.replace("...", "ABCDEFGHIJKLMNOPQRSTUVWXYZ"[ellipsis_dims - own:ellipsis_dims])
+        if len(spec) != n or len(set(spec)) != len(spec):
+            raise ValueError(f"einsum: {equation!r} does not fit operands of {n} dimensions, or repeats a letter")
+        spelled.append(spec)
+    if not arrow:  # implicit output: the letters seen once, in alphabetical order (ellipsis first)
+        counts = "".join(spelled)
+        output = "".join(sorted(c for c in set(counts) if counts.count(c) == 1))
+    output = output.replace("...", "ABCDEFGHIJKLMNOPQRSTUVWXYZ"[:ellipsis_dims])
+    return spelled, output
+
+
+def _einsum(equation, *operands):
+    """mint.einsum ("einsum only supports Ascend"; SD3/PixArt's unpatchify "nhwpqc->nchpwq"):
+    each operand's axes permuted to one letter order, broadcast, multiplied, the summed
+    letters reduced. A permutation alone (the families' use) is exact; a contraction sums in
+    another order than torch's matmul, so it can differ in the last bits."""
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = tuple(operands[0])
+    inputs, output = _einsum_plan(equation, tuple(x.ndim for x in operands))
+    summed = "".join(sorted(set("".join(inputs)) - set(output)))
+    order = output + summed
+    result = None
+    for spec, x in zip(inputs, operands):
+        mine = "".join(c for c in order if c in spec)
+        perm = tuple(spec.index(c) for c in mine)
+        if perm != tuple(range(len(spec))):
+            x = x.transpose(perm)
+        if len(mine) != len(order):
+            sizes = dict(zip(mine, x.shape))
+            x = x.reshape(tuple(sizes.get(c, 1) for c in order))
+        result = x if result is None else result * x
+    if summed:
+        result = result.sum(tuple(range(len(output), len(order))))
+    return result
+
+
+def _repeat_interleave(input, repeats, dim=None, *, output_size=None):
+    """Tensor.repeat_interleave / mint.repeat_interleave (kernels RepeatInterleaveInt and
+    RepeatInterleaveTensor; Flux's rotary embedding, PixArt's attention mask): int repeats copy
+    each element by a broadcast; tensor repeats go to ops.repeat_interleave (RepeatElements
+    and a concat), which the CPU has."""
+    if not isinstance(repeats, int):
+        return ops.repeat_interleave(input, repeats, dim)
+    if dim is None:
+        input, dim = input.reshape((-1,)), 0
+    dim = dim % input.ndim
+    shape = input.shape
+    copies = ops.expand_dims(input, dim + 1).broadcast_to(shape[:dim + 1] + (repeats,) + shape[dim + 1:])
+    return copies.reshape(shape[:dim] + (shape[dim] * repeats,) + shape[dim + 1:])
+
+
+# The most negative finite value of each float dtype (mindone's dtype_to_min).
+_FLOAT_MIN = {ms.float16: -65504.0, ms.bfloat16: -3.3895313892515355e38, ms.float32: -3.4028234663852886e38}
+
+
+@ms.jit_class
+class _FlashAttentionScore:
+    """ops.operations.nn_ops.FlashAttentionScore (Ascend only): Flux's and Wan's attention go
+    through it (mindone's layers_compat.scaled_dot_product_attention), and Wan's VAE calls it
+    directly. Same math as the kernel: softmax(scale_value * q k^T, masked) v, computed in
+    float32 from the inputs and returned in their dtype; the mask is MindSpore's (True
+    discards). Layouts BNSD, BSND and BSH; the training and sparse options are refused.
+
+    What callers give it stays theirs: mindone casts float32 query, key and value to float16
+    first (layers_compat.py, autoencoder_kl_wan.py), and Wan's VAE keeps the default
+    ``scale_value`` 1.0 where diffusers' attention scales by 1/sqrt(channels).
+    """
+
+    def __init__(self, head_num, keep_prob=1.0, scale_value=1.0, pre_tokens=2147483647, next_tokens=2147483647,
+                 inner_precise=0, input_layout="BSH", sparse_mode=0):
+        if input_layout not in ("BNSD", "BSND", "BSH"):
+            raise ValueError(f"xrand's CPU FlashAttentionScore takes layouts BNSD, BSND, BSH, not {input_layout!r}")
+        if keep_prob != 1.0 or sparse_mode != 0 or pre_tokens != 2147483647 or next_tokens != 2147483647:
+            raise ValueError("xrand's CPU FlashAttentionScore computes inference attention only: keep_prob 1, "
+                             "sparse_mode 0, default pre_tokens and next_tokens")
+        self.head_num = head_num
+        self.scale_value = scale_value
+        self.input_layout = input_layout
+
+    def __call__(self, query, key, value, real_shift=None, drop_mask=None, padding_mask=None, attn_mask=None,
+                 prefix=None, actual_seq_qlen=None, actual_seq_kvlen=None):
+        if real_shift is not None or drop_mask is not None or padding_mask is not None or prefix is not None:
+            raise ValueError("xrand's CPU FlashAttentionScore takes no real_shift, drop_mask, padding_mask or prefix")
+        dtype, shape = query.dtype, query.shape
+        if self.input_layout == "BSH":  # (B, S, N*D) -> (B, N, S, D)
+            query = query.reshape(shape[0], shape[1], self.head_num, -1).swapaxes(1, 2)
+            key = key.reshape(key.shape[0], key.shape[1], self.head_num, -1).swapaxes(1, 2)
+            value = value.reshape(value.shape[0], value.shape[1], self.head_num, -1).swapaxes(1, 2)
+        elif self.input_layout == "BSND":
+            query, key, value = query.swapaxes(1, 2), key.swapaxes(1, 2), value.swapaxes(1, 2)
+        scores = ops.matmul(query.astype(ms.float32), key.astype(ms.float32).swapaxes(-2, -1)) * self.scale_value
+        if attn_mask is not None:
+            scores = ops.masked_fill(scores, attn_mask.astype(ms.bool_), _FLOAT_MIN[ms.float32])
+        out = ops.matmul(ops.softmax(scores, -1), value.astype(ms.float32)).astype(dtype)
+        if self.input_layout == "BSH":
+            out = out.swapaxes(1, 2).reshape(shape[0], shape[1], -1)
+        elif self.input_layout == "BSND":
+            out = out.swapaxes(1, 2)
+        return None, None, None, out
+
+
+def _randn(*size, generator=None, dtype=None):
+    """mint.randn (kernel InplaceNormal; mindone's BasicTransformerBlock draws PixArt's
+    ``scale_shift_table`` with it when the model is built, and loading the weights replaces it):
+    MindSpore's StandardNormal, seeded by ``ms.set_seed``. Its numbers are not the Ascend
+    kernel's; a ``generator`` is refused rather than ignored."""
+    if generator is not None:
+        raise RuntimeError("xrand's CPU stand-in for mint.randn draws from MindSpore's global seed; "
+                           "it takes no generator")
+    if len(size) == 1 and isinstance(size[0], (tuple, list)):
+        size = tuple(size[0])
+    return ops.standard_normal(tuple(size)).astype(ms.float32 if dtype is None else dtype)
+
+
+def _math_attention_op(self, query, key, value, attn_mask=None):
+    """mindone's ``Attention.math_attention_op``, its own attention where FlashAttentionScore is
+    missing (any target but Ascend), with a 4-D mask flattened as it flattens query, key and
+    value. mindone flattens only those three (mindone/diffusers/models/attention_processor.py),
+    so PixArt's (batch, heads, 1, tokens) text mask cannot broadcast in baddbmm."""
+    if attn_mask is not None and attn_mask.dtype == ms.bool_:
+        attn_mask = ops.logical_not(attn_mask).astype(query.dtype) * _FLOAT_MIN[query.dtype]
+    shape = query.shape
+    if query.ndim > 3:
+        query = query.reshape(-1, query.shape[-2], query.shape[-1])
+        key = key.reshape(-1, key.shape[-2], key.shape[-1])
+        value = value.reshape(-1, value.shape[-2], value.shape[-1])
+        if attn_mask is not None and attn_mask.ndim > 3:
+            attn_mask = attn_mask.reshape(-1, attn_mask.shape[-2], attn_mask.shape[-1])
+    hidden_states = ops.bmm(self.get_attention_scores(query, key, attn_mask), value)
+    return hidden_states.reshape(shape[:-1] + (value.shape[-1],))
+
+
+def _conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """mint.nn.functional.conv3d (kernel Conv3DExt; Wan's patch embedding and causal 3-D VAE):
+    MindSpore's Conv3D, which has a CPU kernel (oneDNN's)."""
+    if isinstance(padding, str):
+        return ops.conv3d(input, weight, bias, stride, padding, 0, dilation, groups)
+    return ops.conv3d(input, weight, bias, stride, "pad", padding, dilation, groups)
+
+
+def _conv3d_construct(self, input):
+    """mint.nn.Conv3d.construct, calling the CPU conv3d instead of conv3d_ext_op."""
+    if self.padding_mode != "zeros":
+        input = _pad(input, self._reversed_padding, mode=self.padding_mode)
+        return _conv3d(input, self.weight, self.bias, self.stride, 0, self.dilation, self.groups)
+    return _conv3d(input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+
+
+def _clone(input, *, memory_format=None):
+    """Tensor.clone / mint.clone (kernel Clone; Wan's VAE keeps its causal cache with it): a new
+    tensor holding the same values, by ops.deepcopy (Identity). ``memory_format`` has no
+    meaning in MindSpore, whose tensors are contiguous."""
+    return ops.deepcopy(input)
+
+
+def _normalize(input, p=2.0, dim=1, eps=1e-12):
+    """mint.nn.functional.normalize (kernel LinalgVectorNorm; Wan's RMS norms): ``input`` over its
+    ``p``-norm along ``dim``, the norm clamped at ``eps``, as torch computes it."""
+    magnitude = ops.abs(input)
+    if p == 2:
+        norm = ops.sqrt(ops.sum(input * input, dim, keepdim=True))
+    elif p == 1:
+        norm = ops.sum(magnitude, dim, keepdim=True)
+    elif p == float("inf"):
+        norm = ops.amax(magnitude, dim, True)
+    else:
+        norm = ops.pow(ops.sum(ops.pow(magnitude, p), dim, keepdim=True), 1.0 / p)
+    return input / ops.clamp(norm, min=eps)
+
+
 def targets() -> list[tuple[object, str, object]]:
     """(owner, attribute, fallback) for each operator replaced on a CPU."""
     import mindspore.mint as mint
     import mindspore.mint.nn.functional as F
-    from mindspore.mint.nn import Conv2d, LayerNorm
+    from mindspore.mint.nn import Conv2d, Conv3d, Embedding, LayerNorm
+    from mindspore.ops.operations import nn_ops
     from mindone.diffusers.models.activations import GEGLU
+    from mindone.diffusers.models.attention_processor import Attention
 
     return [
         (mint, "arange", _arange),
@@ -268,4 +482,19 @@ def targets() -> list[tuple[object, str, object]]:
         (LayerNorm, "construct", _layer_norm_construct),
         (F, "gelu", _gelu),
         (GEGLU, "construct", _geglu_construct),  # graph mode: Stable Diffusion's feed-forward
+        # SDXL, SD3, Flux, PixArt, Wan
+        (mint, "outer", _outer),
+        (F, "embedding", _embedding),
+        (F, "conv3d", _conv3d),
+        (Conv3d, "construct", _conv3d_construct),
+        (ms.Tensor, "clone", _clone),
+        (mint, "clone", _clone),
+        (F, "normalize", _normalize),
+        (mint, "einsum", _einsum),
+        (ms.Tensor, "repeat_interleave", _repeat_interleave),
+        (mint, "repeat_interleave", _repeat_interleave),
+        (nn_ops, "FlashAttentionScore", _FlashAttentionScore),
+        (mint, "randn", _randn),
+        (Attention, "math_attention_op", _math_attention_op),
+        (Embedding, "construct", _embedding_construct),
     ]

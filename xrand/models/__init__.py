@@ -1,0 +1,50 @@
+"""Models for tests and comparisons: the embedded digits model, and tiny random-weight folders of
+the pipeline families people port, built offline (nothing is downloaded).
+
+``build_tiny(name, folder, seed=0)`` writes one of :data:`TINY_MODELS`; each entry says which
+pipeline classes load it (the same names in diffusers and mindone.diffusers) and the call
+arguments a tiny run needs beyond the prompt and the steps.
+
+    from xrand.models import TINY_MODELS, build_tiny
+    folder = build_tiny("flux", "/tmp/tiny-flux")
+    pipe = diffusers.FluxPipeline.from_pretrained(folder)
+    images = pipe("a cat", num_inference_steps=2, **TINY_MODELS["flux"].call).images
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, Tuple
+
+from ..checks import check_choice
+from . import tiny_flux, tiny_pixart, tiny_sd, tiny_sd3, tiny_sdxl, tiny_wan
+from .folders import PathLike
+
+
+@dataclass(frozen=True)
+class TinyModel:
+    """One tiny family: its builder, the pipeline classes that run its folder, a tiny run's arguments."""
+
+    build: Callable[..., Path]
+    pipelines: Tuple[str, ...]
+    call: Dict[str, Any] = field(default_factory=dict)
+
+
+TINY_MODELS: Dict[str, TinyModel] = {
+    "sd": TinyModel(tiny_sd.build_tiny_sd, ("StableDiffusionPipeline", "StableDiffusionImg2ImgPipeline"),
+                    tiny_sd.CALL),
+    "sd-inpaint": TinyModel(tiny_sd.build_inpaint, ("StableDiffusionInpaintPipeline",), tiny_sd.CALL),
+    "sdxl": TinyModel(tiny_sdxl.build, ("StableDiffusionXLPipeline",), tiny_sdxl.CALL),
+    "sd3": TinyModel(tiny_sd3.build, ("StableDiffusion3Pipeline",), tiny_sd3.CALL),
+    "flux": TinyModel(tiny_flux.build, ("FluxPipeline",), tiny_flux.CALL),
+    "pixart": TinyModel(tiny_pixart.build, ("PixArtSigmaPipeline",), tiny_pixart.CALL),
+    "wan": TinyModel(tiny_wan.build, ("WanPipeline",), tiny_wan.CALL),
+}
+
+
+def build_tiny(name: str, folder: PathLike, seed: int = 0) -> Path:
+    """Write the tiny random-weight folder ``name`` (a key of :data:`TINY_MODELS`) and return its path.
+
+    ``seed`` fixes every weight; the folder may exist but must not hold a model_index.json.
+    """
+    return TINY_MODELS[check_choice(name, tuple(TINY_MODELS), "tiny model")].build(folder, seed)

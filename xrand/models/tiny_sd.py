@@ -12,20 +12,31 @@ writes the same weights on every machine.
     from xrand.models.tiny_sd import build_tiny_sd
     folder = build_tiny_sd("/tmp/tiny-sd", seed=0)
     pipe = diffusers.StableDiffusionPipeline.from_pretrained(folder)
+
+A tiny run: ``height=32, width=32``. ``StableDiffusionImg2ImgPipeline`` loads the same folder and
+takes ``image`` (32x32) and ``strength`` (``num_inference_steps=4, strength=0.5`` runs 2 steps);
+:func:`build_inpaint` writes a ``StableDiffusionInpaintPipeline`` folder (UNet of 9 input
+channels) that takes ``image`` and ``mask_image`` (32x32) as well.
+
+Noise: text to image draws the latents (batch, 4, 16, 16) once. Image to image draws twice:
+the VAE's ``latent_dist.sample`` of the input image, then the noise that ``scheduler.add_noise``
+mixes into it. Inpainting (9-channel UNet) draws, in order: the input image's VAE sample
+(skipped at strength 1), the noise (mixed in by ``add_noise``, or the latents themselves at
+strength 1), then the masked image's VAE sample for the UNet's extra channels.
 """
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
-from typing import Dict, Union
 
-from ..checks import UsageError, check_seed
+from .folders import PathLike, new_model_folder, save, seeded_torch
+from .tokenizers import BOS, EOS, byte_vocab, clip_text_config_ids, write_clip_tokenizer
+from .tokenizers import CLIP_MAX_TOKENS as MAX_TOKENS
+
+__all__ = ["BOS", "EOS", "IMAGE_SIZE", "MAX_TOKENS", "build", "build_inpaint", "build_tiny_sd", "byte_vocab"]
 
 #: Image side in pixels the folder is meant for (latents are half of it: the VAE has two blocks).
 IMAGE_SIZE = 32
-BOS, EOS = "<|startoftext|>", "<|endoftext|>"
-MAX_TOKENS = 77  # CLIP's context length, as the pipelines pad every prompt to it
+CALL = dict(height=IMAGE_SIZE, width=IMAGE_SIZE)
 
 UNET = dict(
     sample_size=IMAGE_SIZE // 2, in_channels=4, out_channels=4, layers_per_block=1,
@@ -49,66 +60,38 @@ SCHEDULER = dict(
 )
 
 
-def byte_vocab() -> Dict[str, int]:
-    """CLIP's byte-level vocabulary without merges: 256 byte symbols, their ``</w>`` forms, BOS, EOS.
-
-    The byte-to-symbol table is GPT-2's/CLIP's ``bytes_to_unicode``
-    (transformers/models/clip/tokenization_clip.py): printable bytes map to themselves, the
-    others to code points from 256 up.
-    """
-    printable = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
-                 + list(range(ord("®"), ord("ÿ") + 1)))
-    codes, extra = list(printable), 0
-    for b in range(256):
-        if b not in printable:
-            codes.append(256 + extra)
-            extra += 1
-    order = printable + [b for b in range(256) if b not in printable]
-    symbols = [chr(c) for _, c in sorted(zip(order, codes))]
-    vocab = {s: i for i, s in enumerate(symbols)}
-    vocab.update({s + "</w>": 256 + i for i, s in enumerate(symbols)})
-    vocab[BOS], vocab[EOS] = 512, 513
-    return vocab
-
-
-def _write_tokenizer(folder: Path) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "vocab.json").write_text(json.dumps(byte_vocab(), ensure_ascii=False), encoding="utf-8")
-    (folder / "merges.txt").write_text("#version: 0.2\n", encoding="utf-8")
-    from transformers import CLIPTokenizer
-
-    tokenizer = CLIPTokenizer(str(folder / "vocab.json"), str(folder / "merges.txt"),
-                              model_max_length=MAX_TOKENS, pad_token=EOS)
-    tokenizer.save_pretrained(str(folder))
-
-
-def build_tiny_sd(folder: Union[str, "os.PathLike[str]"], seed: int = 0) -> Path:
+def build_tiny_sd(folder: PathLike, seed: int = 0) -> Path:
     """Write a random-weight ``StableDiffusionPipeline`` folder (safetensors) and return its path.
 
     ``seed`` fixes every weight; the folder may exist but must not hold a model_index.json.
     Needs torch, diffusers and transformers. The images it makes are noise, but the same noise
-    in both libraries, which is what a comparison needs.
+    in both libraries, which is what a comparison needs. ``StableDiffusionImg2ImgPipeline``
+    loads it too.
     """
-    seed = check_seed(seed)
-    folder = Path(folder)
-    if (folder / "model_index.json").exists():
-        raise UsageError(f"{str(folder)!r} already holds a model (model_index.json); give an empty or new folder")
-    import torch
-    from diffusers import AutoencoderKL, PNDMScheduler, StableDiffusionPipeline, UNet2DConditionModel
+    return _build(folder, seed, inpaint=False)
+
+
+def build_inpaint(folder: PathLike, seed: int = 0) -> Path:
+    """Write a random-weight ``StableDiffusionInpaintPipeline`` folder: the UNet takes 9 channels
+    (noisy latents, the mask, the masked image's latents), as Stable Diffusion's inpainting models do."""
+    return _build(folder, seed, inpaint=True)
+
+
+build = build_tiny_sd
+
+
+def _build(folder: PathLike, seed: int, inpaint: bool) -> Path:
+    folder, seed = new_model_folder(folder, seed)
+    from diffusers import (AutoencoderKL, PNDMScheduler, StableDiffusionInpaintPipeline, StableDiffusionPipeline,
+                           UNet2DConditionModel)
     from transformers import CLIPTextConfig, CLIPTextModel, CLIPTokenizer
 
-    _write_tokenizer(folder / "tokenizer")
-    tokenizer = CLIPTokenizer.from_pretrained(str(folder / "tokenizer"))
-    vocab = byte_vocab()
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        unet = UNet2DConditionModel(**UNET)
+    tokenizer = CLIPTokenizer.from_pretrained(str(write_clip_tokenizer(folder / "tokenizer")))
+    with seeded_torch(seed):
+        unet = UNet2DConditionModel(**{**UNET, "in_channels": 9 if inpaint else 4})
         vae = AutoencoderKL(**VAE)
-        text_encoder = CLIPTextModel(CLIPTextConfig(
-            vocab_size=len(vocab), bos_token_id=vocab[BOS], eos_token_id=vocab[EOS], pad_token_id=vocab[EOS],
-            **TEXT_ENCODER))
-    pipe = StableDiffusionPipeline(
-        vae=vae, text_encoder=text_encoder, tokenizer=tokenizer, unet=unet, scheduler=PNDMScheduler(**SCHEDULER),
-        safety_checker=None, feature_extractor=None, requires_safety_checker=False)
-    pipe.save_pretrained(str(folder), safe_serialization=True)
-    return folder
+        text_encoder = CLIPTextModel(CLIPTextConfig(**clip_text_config_ids(), **TEXT_ENCODER))
+    pipeline = StableDiffusionInpaintPipeline if inpaint else StableDiffusionPipeline
+    return save(pipeline(vae=vae, text_encoder=text_encoder, tokenizer=tokenizer, unet=unet,
+                         scheduler=PNDMScheduler(**SCHEDULER), safety_checker=None, feature_extractor=None,
+                         requires_safety_checker=False), folder)

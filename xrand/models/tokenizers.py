@@ -1,0 +1,118 @@
+"""Tokenizers for the tiny model folders, built offline: nothing is downloaded.
+
+- :func:`write_clip_tokenizer`: a byte-level ``CLIPTokenizer`` (Stable Diffusion, SDXL, SD3, Flux).
+  Its vocabulary is CLIP's 256 byte symbols, their end-of-word forms and the two special tokens,
+  with no BPE merges, so any prompt tokenizes (one token per byte).
+- :func:`write_t5_tokenizer`: a ``T5TokenizerFast`` (SD3, Flux, PixArt, and Wan's UMT5): a
+  Unigram model trained with the ``tokenizers`` library on a few sentences, T5's special tokens
+  (``<pad>`` 0, ``</s>`` 1, ``<unk>`` 2) and its ``</s>`` appended to every text. Unknown
+  characters become ``<unk>``.
+
+Both are saved with ``save_pretrained`` into a folder that diffusers and mindone.diffusers read.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Dict
+
+BOS, EOS = "<|startoftext|>", "<|endoftext|>"
+CLIP_MAX_TOKENS = 77  # CLIP's context length: the pipelines pad every prompt to it
+
+T5_PAD, T5_EOS, T5_UNK = "<pad>", "</s>", "<unk>"
+# What the T5 Unigram model is trained on: enough words for test prompts to be more than <unk>.
+T5_SENTENCES = (
+    "a photo of a cat sitting on a red chair",
+    "a red circle on a blue square",
+    "an astronaut riding a horse on the moon, high quality, detailed",
+    "a dog running in a green field under the blue sky at sunset",
+    "the quick brown fox jumps over the lazy dog",
+    "a painting of a small house by the river in winter with snow",
+    "blurry, low quality, ugly, distorted, watermark, text",
+    "abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ 0123456789 .,;:!?'\"-()",
+)
+T5_VOCAB_SIZE = 256
+
+
+def byte_vocab() -> Dict[str, int]:
+    """CLIP's byte-level vocabulary without merges: 256 byte symbols, their ``</w>`` forms, BOS, EOS.
+
+    The byte-to-symbol table is GPT-2's/CLIP's ``bytes_to_unicode``
+    (transformers/models/clip/tokenization_clip.py): printable bytes map to themselves, the
+    others to code points from 256 up.
+    """
+    printable = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+                 + list(range(ord("®"), ord("ÿ") + 1)))
+    codes, extra = list(printable), 0
+    for b in range(256):
+        if b not in printable:
+            codes.append(256 + extra)
+            extra += 1
+    order = printable + [b for b in range(256) if b not in printable]
+    symbols = [chr(c) for _, c in sorted(zip(order, codes))]
+    vocab = {s: i for i, s in enumerate(symbols)}
+    vocab.update({s + "</w>": 256 + i for i, s in enumerate(symbols)})
+    vocab[BOS], vocab[EOS] = 512, 513
+    return vocab
+
+
+def write_clip_tokenizer(folder: Path) -> Path:
+    """Save the byte-level ``CLIPTokenizer`` (pads with EOS, as Stable Diffusion's does) in ``folder``."""
+    from transformers import CLIPTokenizer
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "vocab.json").write_text(json.dumps(byte_vocab(), ensure_ascii=False), encoding="utf-8")
+    (folder / "merges.txt").write_text("#version: 0.2\n", encoding="utf-8")
+    tokenizer = CLIPTokenizer(str(folder / "vocab.json"), str(folder / "merges.txt"),
+                              model_max_length=CLIP_MAX_TOKENS, pad_token=EOS)
+    tokenizer.save_pretrained(str(folder))
+    return folder
+
+
+def clip_text_config_ids() -> Dict[str, int]:
+    """The vocabulary size and special token ids a CLIP text encoder config needs for this tokenizer."""
+    vocab = byte_vocab()
+    return dict(vocab_size=len(vocab), bos_token_id=vocab[BOS], eos_token_id=vocab[EOS], pad_token_id=vocab[EOS])
+
+
+def write_t5_tokenizer(folder: Path, max_length: int = 512) -> Path:
+    """Train a small Unigram model, wrap it as ``T5TokenizerFast`` and save it in ``folder``.
+
+    ``max_length`` becomes the tokenizer's ``model_max_length``. The same sentences give the
+    same vocabulary and ids on every machine.
+    """
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import T5TokenizerFast
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    model = Tokenizer(models.Unigram())
+    # T5's own pipeline (transformers' convert_slow_tokenizer.py, T5Converter): whitespace runs
+    # folded, words marked with a leading "▁".
+    model.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Replace(Regex(" {2,}"), " ")])
+    model.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+    model.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+    trainer = trainers.UnigramTrainer(vocab_size=T5_VOCAB_SIZE, special_tokens=[T5_PAD, T5_EOS, T5_UNK],
+                                      unk_token=T5_UNK, show_progress=False)
+    model.train_from_iterator(T5_SENTENCES, trainer)
+    # The trainer finds the same pieces every time, but its parallel sums move scores in the
+    # last bits and tied pieces trade places: rounded and sorted, the ids are the same everywhere.
+    trained = json.loads(model.to_str())["model"]["vocab"]
+    pieces = sorted(((piece, round(score, 4)) for piece, score in trained[3:]), key=lambda p: (-p[1], p[0]))
+    model.model = models.Unigram([(T5_PAD, 0.0), (T5_EOS, 0.0), (T5_UNK, 0.0)] + pieces, unk_id=2)
+    model.post_processor = processors.TemplateProcessing(
+        single=f"$A {T5_EOS}", pair=f"$A {T5_EOS} $B {T5_EOS}", special_tokens=[(T5_EOS, 1)])
+    tokenizer = T5TokenizerFast(tokenizer_object=model, pad_token=T5_PAD, eos_token=T5_EOS, unk_token=T5_UNK,
+                                extra_ids=0, model_max_length=max_length)
+    tokenizer.save_pretrained(str(folder))
+    return folder
+
+
+def t5_config_ids(folder: Path) -> Dict[str, int]:
+    """The vocabulary size and special token ids a T5/UMT5 encoder config needs for the tokenizer in ``folder``."""
+    from transformers import T5TokenizerFast
+
+    tokenizer = T5TokenizerFast.from_pretrained(str(folder))
+    return dict(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+                decoder_start_token_id=tokenizer.pad_token_id)
