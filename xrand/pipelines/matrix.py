@@ -121,22 +121,31 @@ def matrix_markdown(m: Matrix) -> str:
 
 
 def plot_matrix(m: Matrix, path: str) -> None:
-    """Final relative L2 per scheduler on a log axis, the tolerance as a line."""
+    """Final relative L2 per scheduler on a log axis, the tolerance as a line; exact agreement on a
+    band of its own, rows that raised drawn at 1 in gray; title wrapped, legend under the plot."""
+    from matplotlib.patches import Patch
+
+    from ..report.plots import ExactBand, wrap
+
     plt = pyplot()
     labels = [r.label for r in m.rows]
-    values = [max(r.rel_l2, 1e-12) if r.rel_l2 is not None and r.rel_l2 == r.rel_l2 else 1.0 for r in m.rows]
+    ran = [r.rel_l2 if r.rel_l2 is not None and r.rel_l2 == r.rel_l2 else None for r in m.rows]
+    band = ExactBand(ran + [m.tolerance] + ([1.0] if None in ran else []), axis="x")
+    values = [1.0 if v is None else band([v])[0] for v in ran]  # a row that raised: drawn at 1
     colors = {"pass": "tab:green", "fail": "tab:red", "error": "tab:gray"}
-    fig, ax = plt.subplots(figsize=(9, 0.28 * len(labels) + 1.5))
+    fig, ax = plt.subplots(figsize=(9, 0.28 * len(labels) + 2.0), layout="constrained")
+    band.start(ax)
     ax.barh(range(len(labels)), values, color=[colors[r.verdict] for r in m.rows])
     ax.set_yticks(range(len(labels)))
     ax.set_yticklabels(labels, fontsize=7)
-    ax.invert_yaxis()
-    ax.set_xscale("log")
-    ax.axvline(m.tolerance, color="black", lw=0.8, ls=":", label=f"tolerance {m.tolerance:g}")
-    ax.set_xlabel("relative L2, torch vs MindSpore, final images (errors drawn at 1)")
-    ax.set_title(m.summary()[:110], fontsize=8)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
+    ax.set_ylim(len(labels) - 0.5, -0.5)
+    tolerance = ax.axvline(band([m.tolerance])[0], color="black", lw=0.8, ls=":", label=f"tolerance {m.tolerance:g}")
+    names = {"pass": "PASS", "fail": "FAIL", "error": "error (drawn at 1)"}
+    handles = [tolerance] + [Patch(color=colors[v], label=names[v]) for v in colors if any(r.verdict == v for r in m.rows)]
+    band.finish(ax)
+    ax.set_xlabel("relative L2, torch vs MindSpore, final images")
+    ax.set_title(wrap(m.summary(), 100), fontsize=9)
+    fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=8)
     fig.savefig(path, format="png", dpi=100)
     plt.close(fig)
 
