@@ -20,7 +20,7 @@ LAYERS = {
     "xrand.generator": 3, "xrand.noise": 3, "xrand.determinism": 3, "xrand.brownian": 3,
     "xrand.mindspore_cpu": 3,
     "xrand.patch": 4,
-    "xrand.pipelines": 5, "xrand.models": 5,
+    "xrand.pipelines": 5, "xrand.models": 5, "xrand.report": 5,
     "xrand.cli": 6, "xrand.__main__": 6,
     "xrand": 7,
 }

@@ -157,4 +157,6 @@ def write_matrix(m: Matrix, out_dir: str) -> Dict[str, str]:
     write_text(paths["matrix.md"], matrix_markdown(m))
     with atomic_path(paths["matrix.png"]) as tmp:
         plot_matrix(m, tmp)
+    from ..report.html import write_matrix_page  # report.html from the files above
+    paths.update(write_matrix_page(out_dir))
     return paths

@@ -51,6 +51,8 @@ def write_report(c: Comparison, out_dir: str) -> Dict[str, str]:
         paths["layers.png"] = os.path.join(out_dir, "layers.png")
         with atomic_path(paths["layers.png"]) as tmp:
             plot_layers(c.layers, tmp)
+    from ..report.html import write_compare_page  # report.html (and layers.csv) from the files above
+    paths.update(write_compare_page(out_dir))
     return paths
 
 

@@ -74,6 +74,8 @@ def write_summary(out: str, config: SweepConfig, result: SweepResult) -> Dict[st
     write_text(os.path.join(out, SUMMARY_MD), summary_markdown(summary))
     with atomic_path(os.path.join(out, PLOT)) as tmp:
         plot_sweep(result, config, tmp)
+    from ...report.html import write_sweep_page  # report.html from the files above
+    write_sweep_page(out)
     return summary
 
 
