@@ -139,9 +139,11 @@ def plot_matrix(m: Matrix, path: str) -> None:
     ax.set_yticks(range(len(labels)))
     ax.set_yticklabels(labels, fontsize=7)
     ax.set_ylim(len(labels) - 0.5, -0.5)
-    tolerance = ax.axvline(band([m.tolerance])[0], color="black", lw=0.8, ls=":", label=f"tolerance {m.tolerance:g}")
+    tolerance = ax.axvline(band([m.tolerance])[0], color="black", lw=0.8, ls=":",
+                           label=f"tolerance {m.tolerance:g}")
     names = {"pass": "PASS", "fail": "FAIL", "error": "error (drawn at 1)"}
-    handles = [tolerance] + [Patch(color=colors[v], label=names[v]) for v in colors if any(r.verdict == v for r in m.rows)]
+    shown = [v for v in colors if any(r.verdict == v for r in m.rows)]
+    handles = [tolerance] + [Patch(color=colors[v], label=names[v]) for v in shown]
     band.finish(ax)
     ax.set_xlabel("relative L2, torch vs MindSpore, final images")
     ax.set_title(wrap(m.summary(), 100), fontsize=9)
