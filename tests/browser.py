@@ -24,10 +24,11 @@ NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"
 
 
 def find_chromium() -> Optional[str]:
-    """The browser's path: ``$XRAND_CHROMIUM`` or the first of :data:`NAMES` on the PATH."""
+    """The browser's path: ``$XRAND_CHROMIUM`` (None if that is no program) or the first of
+    :data:`NAMES` on the PATH."""
     path = os.environ.get("XRAND_CHROMIUM")
     if path:
-        return path
+        return shutil.which(path)
     return next((p for p in map(shutil.which, NAMES) if p), None)
 
 
