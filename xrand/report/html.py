@@ -334,16 +334,17 @@ def write_matrix_page(out_dir: str) -> Dict[str, str]:
     return {"report.html": path}
 
 
-def write_sweep_page(out_dir: str) -> Dict[str, str]:
-    """report.html from a sweep folder's summary.json, results.jsonl and sweep.png; its path by name."""
-    rows = []
-    with open(os.path.join(out_dir, "results.jsonl")) as f:
-        for line in f:
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except ValueError:  # the half-written tail of an interrupted run
-                    break
+def write_sweep_page(out_dir: str, rows: Optional[Sequence[Mapping[str, Any]]] = None) -> Dict[str, str]:
+    """report.html from a sweep folder's summary.json, sweep.png and ``rows`` (by default its
+    results.jsonl); its path by name."""
+    if rows is None:
+        rows = []
+        path = os.path.join(out_dir, "results.jsonl")
+        for line in open(path).read().splitlines() if os.path.isfile(path) else []:
+            try:
+                rows.append(json.loads(line))
+            except ValueError:  # an empty line, or the half-written tail of an interrupted run
+                continue
     path = os.path.join(out_dir, "report.html")
     write_html(path, render_sweep(_json(out_dir, "summary.json"), rows, {"sweep.png": _read(out_dir, "sweep.png")}))
     return {"report.html": path}

@@ -75,7 +75,7 @@ def write_summary(out: str, config: SweepConfig, result: SweepResult) -> Dict[st
     with atomic_path(os.path.join(out, PLOT)) as tmp:
         plot_sweep(result, config, tmp)
     from ...report.html import write_sweep_page  # report.html from the files above
-    write_sweep_page(out)
+    write_sweep_page(out, list(result.rows.values()))
     return summary
 
 
