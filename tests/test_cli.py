@@ -30,7 +30,7 @@ def test_compare_writes_report_and_pictures_quietly(tiny_model, tmp_path):
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == {"verdict": "pass", "out": str(tmp_path / "o")}
     assert out.stderr == ""  # no framework chatter, no progress bars
-    assert sorted(os.listdir(tmp_path / "o")) == ["comparison.png", "divergence.png", "report.json"]
+    assert sorted(os.listdir(tmp_path / "o")) == ["comparison.png", "divergence.png", "report.html", "report.json"]
 
 
 def test_run_then_compare_two_files(tiny_model, tmp_path):

@@ -200,7 +200,7 @@ def test_report_and_pictures_are_written_and_valid(eta1_comparison, tmp_path):
             assert f.read(8) == PNG_SIGNATURE
         image = matplotlib.image.imread(paths[name])
         assert image.shape[0] > 100 and image.shape[1] > 100
-    assert sorted(os.listdir(tmp_path / "out")) == ["comparison.png", "divergence.png", "report.json"]
+    assert sorted(os.listdir(tmp_path / "out")) == ["comparison.png", "divergence.png", "report.html", "report.json"]
 
 
 # -- side files ------------------------------------------------------------------------------------------

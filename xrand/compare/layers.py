@@ -20,6 +20,7 @@ written only for the modules named in ``dump``.
 from __future__ import annotations
 
 import difflib
+import math
 import os
 import tempfile
 import time
@@ -33,7 +34,7 @@ from ..pipelines.frameworks import framework, mindspore_mode
 from ..pipelines.widen import widened
 from ..registry import backend
 from .boundary import as_call, call_signature
-from .metrics import Errors
+from .metrics import Errors, module_metrics
 from .trees import Capture, Captured, arrays, convertible, leaves, map_leaves, named_leaves, restore
 
 #: The layer threshold, by default, is this many times the denoiser's measured noise floor.
@@ -54,6 +55,13 @@ class ModuleDiff:
     max_abs: Optional[float]
     nested: int = 0  # how many calls follow inside this one (its submodules' calls)
     floor_rel_l2: Optional[float] = None  # torch float32 vs float64 at this call (as run)
+    limit: Optional[float] = None  # the local error it may reach (module_limit)
+    msprobe: Dict[str, float] = field(default_factory=dict)  # metrics.module_metrics of the outputs as run
+
+    @property
+    def over(self) -> bool:
+        """Whether its local error passes its limit."""
+        return self.local_rel_l2 is not None and self.limit is not None and self.local_rel_l2 > self.limit
 
     @property
     def label(self) -> str:
@@ -62,7 +70,7 @@ class ModuleDiff:
 
     def to_dict(self) -> Dict[str, Any]:
         out = {"name": self.name, "type": self.type, "rel_l2": self.rel_l2, "local_rel_l2": self.local_rel_l2,
-               "max_abs": self.max_abs}
+               "max_abs": self.max_abs, "limit": self.limit, "over": self.over, **self.msprobe}
         if self.floor_rel_l2 is not None:
             out["floor_rel_l2"] = self.floor_rel_l2
         if self.call:
@@ -86,25 +94,43 @@ class LayerReport:
     rule: str = "local_rel_l2 > threshold"
     use_floors: bool = False  # each call's limit is at least LAYER_FLOOR_MULTIPLE x its own torch floor
 
+    @property
+    def over(self) -> List[ModuleDiff]:
+        """Every call over its limit, in execution order."""
+        return [m for m in self.modules if m.over]
+
+    @property
+    def worst(self) -> Optional[ModuleDiff]:
+        """The call furthest over its limit (local error / limit)."""
+        return max(self.over, key=lambda m: m.local_rel_l2 / m.limit if m.limit else math.inf, default=None)
+
     def to_dict(self) -> Dict[str, Any]:
+        worst = self.worst
         return {"step": self.step, "timestep": self.timestep, "threshold": self.threshold, "culprit": self.culprit,
-                "rule": self.rule, "floor": self.floor, "unmatched": self.unmatched, "seconds": self.seconds,
-                "modules": [m.to_dict() for m in self.modules]}
+                "over": [m.label for m in self.over], "worst": worst.label if worst else None,
+                "rule": self.rule, "use_floors": self.use_floors, "floor": self.floor, "unmatched": self.unmatched,
+                "seconds": self.seconds, "modules": [m.to_dict() for m in self.modules]}
 
     def summary(self) -> str:
-        """One line for the console."""
+        """The console's lines: the culprit (the first call over its limit whose submodules stay
+        within), how many calls are over, and the worst of them."""
         where = f"at step {self.step} (timestep {self.timestep:g})" if self.step is not None else "in one call"
         if self.culprit is None:
-            worst = max((m for m in self.modules if m.local_rel_l2 is not None), key=lambda m: m.local_rel_l2,
-                        default=None)
-            tail = f"; largest local error {worst.local_rel_l2:.3g} in {worst.label or '(denoiser)'}" if worst else ""
-            return (f"layers {where}: no culprit, every one of {len(self.modules)} module calls within "
-                    f"{self.threshold:.3g}{tail}")
+            largest = max((m for m in self.modules if m.local_rel_l2 is not None), key=lambda m: m.local_rel_l2,
+                          default=None)
+            tail = (f"; largest local error {largest.local_rel_l2:.3g} in {largest.label or '(denoiser)'}"
+                    if largest else "")
+            return f"layers {where}: no culprit, every one of {len(self.modules)} module calls within its limit{tail}"
         m = next(m for m in self.modules if m.label == self.culprit)
-        limit = module_limit(m, self.threshold, self.use_floors)
-        why = f" ({LAYER_FLOOR_MULTIPLE:g}x torch's own float32-vs-float64 error there)" if limit > self.threshold else ""
-        return (f"layers {where}: MindSpore parts from torch at {self.culprit} ({m.type}), local relative L2 "
-                f"{m.local_rel_l2:.3g} > {limit:.3g}{why}, its submodules within")
+        why = f" ({LAYER_FLOOR_MULTIPLE:g}x torch's own float32-vs-float64 error there)" if m.limit > self.threshold else ""
+        line = (f"layers {where}: MindSpore parts from torch at {self.culprit} ({m.type}), local relative L2 "
+                f"{m.local_rel_l2:.3g} > {m.limit:.3g}{why}, its submodules within")
+        over, worst = self.over, self.worst
+        if len(over) > 1:
+            line += (f"\nlayers: {len(over)} module calls over their limits; the worst {worst.label or '(denoiser)'} "
+                     f"({worst.type}), local relative L2 {worst.local_rel_l2:.3g} = {worst.local_rel_l2 / worst.limit:.3g}"
+                     f"x its limit {worst.limit:.3g}; all of them in report.json, layers.csv and report.html")
+        return line
 
 
 def module_limit(m: ModuleDiff, threshold: float, use_floors: bool) -> float:
@@ -207,6 +233,7 @@ class _Call:
     outputs: List[np.ndarray] = field(default_factory=list)
     nested: int = 0
     ms_global: Optional[Dict[str, float]] = None
+    ms_metrics: Dict[str, float] = field(default_factory=dict)
     ms_local: Optional[Dict[str, float]] = None
     ms_local_inputs: float = 0.0  # largest error in the inputs this call's own operations gave its submodules
 
@@ -217,19 +244,16 @@ def layer_diff(torch_module: Any, ms_cell: Any, args: Sequence[Any], kwargs: Opt
                step: Optional[int] = None, timestep: Optional[float] = None) -> LayerReport:
     """Compare every submodule call of ``torch_module`` and ``ms_cell`` on one set of inputs.
 
-    ``args``/``kwargs``: the denoiser call's inputs as NumPy arrays or plain values, the same
-    for both sides (floating arrays are cast to each side's parameter dtype), e.g.
-    ``(sample, np.array(timestep))`` for a UNet2DModel, plus ``encoder_hidden_states`` for a
-    UNet2DConditionModel. ``threshold``: the layer threshold, a plain limit on every local
-    error; None measures torch's own noise floor on this call (the module run once more in
-    float64, per submodule call) and judges each call by :data:`LAYER_FLOOR_MULTIPLE` times the
-    larger of the denoiser's floor and its own (:func:`find_culprit`). ``dump``: module names
-    whose input and output tensors go to ``dump_dir`` as safetensors (both sides; MindSpore's
-    ``local_output`` too).
-    ``step``/``timestep`` are only recorded. MindSpore runs in PyNative mode here (Cell hooks).
+    ``args``/``kwargs``: the denoiser call's inputs as NumPy arrays, :class:`.trees.Captured`
+    tensors or plain values, the same for both sides (floating arrays are cast to each side's
+    parameter dtype; captured tensors keep theirs), e.g. ``(sample, np.array(timestep))`` for a
+    UNet2DModel. ``threshold``: the layer threshold, a plain limit on every local error; None
+    measures torch's own noise floor on this call (the module run once more in float64, per
+    submodule call) and judges each call by :data:`LAYER_FLOOR_MULTIPLE` times the larger of the
+    denoiser's floor and its own (:func:`find_culprit`). ``dump``: module names whose input and
+    output tensors go to ``dump_dir`` as safetensors (both sides; MindSpore's ``local_output``
+    too). ``step``/``timestep`` are only recorded. MindSpore runs in PyNative mode here (Cell hooks).
     """
-    import torch
-
     if threshold is not None:
         threshold = check_threshold(threshold)
     kwargs = dict(kwargs or {})
@@ -239,11 +263,58 @@ def layer_diff(torch_module: Any, ms_cell: Any, args: Sequence[Any], kwargs: Opt
             raise UsageError("dump names modules but dump_dir is None; pass the folder to write them to")
         check_dump_dir(dump_dir)
     start = time.perf_counter()
+    calls = _torch_calls(torch_module, args, kwargs)
+    index = {(c.name, c.call): c for c in calls}
+    errors = Errors()
+    use_floors = threshold is None
+    # Torch's float64 pass (the floor) right after its float32 one, before MindSpore runs, so
+    # that torch's thread pool does not start while MindSpore's may still hold the cores.
+    floors = _torch_floors(torch_module, args, kwargs, index, errors) if use_floors else {}
+    cells = dict(ms_cell.cells_and_names())
+    dumps: Dict[str, List[Tuple[str, np.ndarray]]] = {}
+    ms_called = _ms_as_run(ms_cell, cells, index, errors, args, kwargs, set(dump), dumps)
+    _ms_fed(ms_cell, cells, index, errors, args, kwargs, set(dump), dumps)
+
+    rows = []
+    for c in calls:
+        g, local = c.ms_global, c.ms_local
+        if local is not None:
+            local = dict(local, rel_l2=max(local["rel_l2"], c.ms_local_inputs))
+        rows.append(ModuleDiff(c.name, c.type, c.call, g and g["rel_l2"], local and local["rel_l2"],
+                               g and g["max_abs"], c.nested, floors.get((c.name, c.call)), msprobe=c.ms_metrics))
+    floor_info = None
+    if use_floors:
+        root = rows[0]
+        param = next(torch_module.parameters())
+        floor_info = {"rel_l2": root.floor_rel_l2,
+                      "how": f"torch {_dtype_name(param.dtype)} vs torch float64 on one "
+                             f"{type(torch_module).__name__} call, same inputs"}
+        threshold = LAYER_FLOOR_MULTIPLE * (root.floor_rel_l2 or 0.0)
+        if threshold == 0:  # torch came out exact: any difference is over it
+            threshold = float(np.finfo(np.float32).tiny)
+    for row in rows:
+        row.limit = module_limit(row, threshold, use_floors)
+    culprit = find_culprit(rows, threshold, use_floors)
+
+    torch_called = {c.name for c in calls}
+    unmatched = {"torch": sorted(n for n in torch_called if n not in cells),
+                 "mindspore": sorted(n for n in ms_called if n not in torch_called)}
+    if dump:
+        _write_dump(dump, dump_dir, calls, dumps)
+    rule = (f"local_rel_l2 > max(threshold, {LAYER_FLOOR_MULTIPLE:g} x floor_rel_l2)" if use_floors
+            else "local_rel_l2 > threshold")
+    return LayerReport(threshold=threshold, modules=rows, culprit=culprit.label if culprit else None,
+                       unmatched=unmatched, floor=floor_info, step=step, timestep=timestep,
+                       seconds=time.perf_counter() - start, dumped=list(dump), rule=rule,
+                       use_floors=use_floors)
+
+
+def _torch_calls(torch_module: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> List[_Call]:
+    """1. torch: every submodule call's inputs and outputs, captured in execution order (pre-order)."""
+    import torch
+
     pt = framework("torch")
     param = next(torch_module.parameters())
-    ms_dtype = _dtype_name(next(iter(ms_cell.get_parameters())).dtype)
-
-    # 1. torch: every call's inputs and outputs, in execution order (pre-order).
     capture = Capture(pt)
     calls: List[_Call] = []
     stack: List[int] = []
@@ -266,124 +337,101 @@ def layer_diff(torch_module: Any, ms_cell: Any, args: Sequence[Any], kwargs: Opt
     try:
         with torch.no_grad():
             torch_module(*restore(list(args), pt, param.device, _dtype_name(param.dtype)),
-                         **restore(kwargs, pt, param.device, _dtype_name(param.dtype)))
+                         **restore(dict(kwargs), pt, param.device, _dtype_name(param.dtype)))
     finally:
         for h in handles:
             h.remove()
-    index = {(c.name, c.call): c for c in calls}
-    errors = Errors()
-    use_floors = threshold is None
-    # Torch's float64 pass (the floor) right after its float32 one, before MindSpore runs, so
-    # that torch's thread pool does not start while MindSpore's may still hold the cores.
-    floors = _torch_floors(torch_module, args, kwargs, index, errors) if use_floors else {}
+    return calls
 
-    # 2. MindSpore as run: global error per call, reduced to metrics at once.
-    cells = dict(ms_cell.cells_and_names())
-    ms_counts: Dict[str, int] = {}
-    ms_stack: List[Tuple[str, int]] = []
-    ms_called = set()
-    dumps: Dict[str, List[Tuple[str, np.ndarray]]] = {}
-    dump_set = set(dump)
 
-    def ms_pre(cell, a, kw, name):
-        k = ms_counts.get(name, 0)
-        ms_counts[name] = k + 1
-        ms_stack.append((name, k))
-        ms_called.add(name)
-        if name in dump_set:
-            ms = framework("mindspore")
+def _ms_as_run(ms_cell: Any, cells: Mapping[str, Any], index: Mapping[Tuple[str, int], _Call], errors: Errors,
+               args: Sequence[Any], kwargs: Mapping[str, Any], dump: set,
+               dumps: Dict[str, List[Tuple[str, np.ndarray]]]) -> set:
+    """2. MindSpore as run: each call's global error (and msprobe's metrics), reduced at once;
+    returns the names of the cells that ran."""
+    ms = framework("mindspore")
+    counts: Dict[str, int] = {}
+    stack: List[Tuple[str, int]] = []
+    called = set()
+
+    def pre(cell, a, kw, name):
+        k = counts.get(name, 0)
+        counts[name] = k + 1
+        stack.append((name, k))
+        called.add(name)
+        if name in dump:
             values = map_leaves(lambda v: backend("mindspore").to_numpy(v) if ms.is_tensor(v) else v, (list(a), dict(kw)))
             dumps.setdefault(name, []).extend(_dump_entries(f"call{k}", *values))
 
-    def ms_post(cell, a, kw, output, name):
-        key = ms_stack.pop()
+    def post(cell, a, kw, output, name):
+        key = stack.pop()
         outputs = _ms_values(output)
         c = index.get(key)
         if c is not None:
             c.ms_global = errors(c.outputs, outputs, max_abs=True)
-        if name in dump_set:
+            if c.ms_global is not None:
+                c.ms_metrics = module_metrics(c.outputs, outputs)
+        if name in dump:
             dumps[name].extend((f"call{key[1]}.output.{i}", o) for i, o in enumerate(outputs))
 
-    _run_hooked(ms_cell, cells, ms_pre, ms_post, args, kwargs, ms_dtype)
+    _run_hooked(ms_cell, cells, pre, post, args, kwargs)
+    return called
 
-    # 3. MindSpore once more, every call fed the torch call's inputs and handing on the torch call's
-    # outputs: a call's local error is its own operations' (its output, and the inputs its own
-    # operations computed for its submodules).
-    local_counts: Dict[str, int] = {}
-    local_stack: List[Optional[_Call]] = []
 
-    def local_pre(cell, a, kw, name):
-        k = local_counts.get(name, 0)
-        local_counts[name] = k + 1
+def _ms_fed(ms_cell: Any, cells: Mapping[str, Any], index: Mapping[Tuple[str, int], _Call], errors: Errors,
+            args: Sequence[Any], kwargs: Mapping[str, Any], dump: set,
+            dumps: Dict[str, List[Tuple[str, np.ndarray]]]) -> None:
+    """3. MindSpore once more, every call fed the torch call's inputs and handing on the torch call's
+    outputs: a call's local error is its own operations' (its output, and the inputs its own
+    operations computed for its submodules)."""
+    ms = framework("mindspore")
+    counts: Dict[str, int] = {}
+    stack: List[Optional[_Call]] = []
+
+    def pre(cell, a, kw, name):
+        k = counts.get(name, 0)
+        counts[name] = k + 1
         c = index.get((name, k))
-        parent = next((p for p in reversed(local_stack) if p is not None), None)
-        local_stack.append(c)
+        parent = next((p for p in reversed(stack) if p is not None), None)
+        stack.append(c)
         if c is None or not (convertible(c.args) and convertible(c.kwargs)):
             return None
         if parent is not None:  # what the parent's own operations made of torch's values
             made = errors(arrays((c.args, c.kwargs)), _ms_values((list(a), dict(kw))))
             if made is not None and made["rel_l2"] > parent.ms_local_inputs:
                 parent.ms_local_inputs = made["rel_l2"]
-        ms = framework("mindspore")
         return tuple(restore(list(c.args), ms)), restore(dict(c.kwargs), ms)
 
-    def local_post(cell, a, kw, output, name):
-        c = local_stack.pop()
+    def post(cell, a, kw, output, name):
+        c = stack.pop()
         if c is None:
             return None
         outputs = _ms_values(output)
         c.ms_local = errors(c.outputs, outputs)
-        if name in dump_set:
+        if name in dump:
             dumps.setdefault(name, []).extend((f"call{c.call}.local_output.{i}", o) for i, o in enumerate(outputs))
-        if c.ms_local is None or not local_stack:
+        if c.ms_local is None or not stack:
             return None
         return _with_values(output, c.outputs)  # hand on torch's outputs
 
-    _run_hooked(ms_cell, cells, local_pre, local_post, args, kwargs, ms_dtype)
-    rows = []
-    for c in calls:
-        g, local = c.ms_global, c.ms_local
-        if local is not None:
-            local = dict(local, rel_l2=max(local["rel_l2"], c.ms_local_inputs))
-        rows.append(ModuleDiff(c.name, c.type, c.call, g and g["rel_l2"], local and local["rel_l2"],
-                               g and g["max_abs"], c.nested))
+    _run_hooked(ms_cell, cells, pre, post, args, kwargs)
 
-    floor_info = None
-    if use_floors:
-        for row in rows:
-            row.floor_rel_l2 = floors.get((row.name, row.call))
-        root = rows[0]
-        floor_info = {"rel_l2": root.floor_rel_l2,
-                      "how": f"torch {str(param.dtype).replace('torch.', '')} vs torch float64 on one "
-                             f"{type(torch_module).__name__} call, same inputs"}
-        threshold = LAYER_FLOOR_MULTIPLE * (root.floor_rel_l2 or 0.0)
-        if threshold == 0:  # torch came out exact: any difference is over it
-            threshold = float(np.finfo(np.float32).tiny)
-    culprit = find_culprit(rows, threshold, use_floors)
 
-    torch_called = {c.name for c in calls}
-    unmatched = {"torch": sorted(n for n in torch_called if n not in cells),
-                 "mindspore": sorted(n for n in ms_called if n not in torch_called)}
+def _write_dump(names: Sequence[str], folder: str, calls: Sequence[_Call],
+                dumps: Mapping[str, List[Tuple[str, np.ndarray]]]) -> None:
+    """The named modules' inputs and outputs, both sides, as ``NAME.torch.safetensors`` and
+    ``NAME.mindspore.safetensors``."""
+    from safetensors.numpy import save_file
 
-    if dump:
-        from safetensors.numpy import save_file
-
-        for name in dump:
-            torch_entries: List[Tuple[str, np.ndarray]] = []
-            for c in calls:
-                if c.name == name:
-                    torch_entries.extend(_dump_entries(f"call{c.call}", c.args, c.kwargs))
-                    torch_entries.extend((f"call{c.call}.output.{i}", o) for i, o in enumerate(c.outputs))
-            for side, entries in (("torch", torch_entries), ("mindspore", dumps.get(name, []))):
-                path = os.path.join(dump_dir, f"{_safe_file_name(name)}.{side}.safetensors")
-                save_file({k: np.ascontiguousarray(v) for k, v in entries}, path, metadata={"module": name})
-
-    rule = (f"local_rel_l2 > max(threshold, {LAYER_FLOOR_MULTIPLE:g} x floor_rel_l2)" if use_floors
-            else "local_rel_l2 > threshold")
-    return LayerReport(threshold=threshold, modules=rows, culprit=culprit.label if culprit else None,
-                       unmatched=unmatched, floor=floor_info, step=step, timestep=timestep,
-                       seconds=time.perf_counter() - start, dumped=list(dump), rule=rule,
-                       use_floors=use_floors)
+    for name in names:
+        torch_entries: List[Tuple[str, np.ndarray]] = []
+        for c in calls:
+            if c.name == name:
+                torch_entries.extend(_dump_entries(f"call{c.call}", c.args, c.kwargs))
+                torch_entries.extend((f"call{c.call}.output.{i}", o) for i, o in enumerate(c.outputs))
+        for side, entries in (("torch", torch_entries), ("mindspore", dumps.get(name, []))):
+            path = os.path.join(folder, f"{_safe_file_name(name)}.{side}.safetensors")
+            save_file({k: np.ascontiguousarray(v) for k, v in entries}, path, metadata={"module": name})
 
 
 def _torch_floors(torch_module: Any, args: Sequence[Any], kwargs: Mapping[str, Any],
@@ -463,10 +511,12 @@ class LayerOptions:
         return self
 
 
-def _run_hooked(ms_cell, cells, pre, post, args, kwargs, ms_dtype) -> None:
+def _run_hooked(ms_cell, cells, pre, post, args, kwargs) -> None:
     """One PyNative MindSpore call with ``pre(cell, args, kwargs, name)`` and
-    ``post(cell, args, kwargs, output, name)`` hooked on every named cell, removed afterwards."""
+    ``post(cell, args, kwargs, output, name)`` hooked on every named cell, removed afterwards;
+    floating arrays among the inputs in the cell's parameter dtype."""
     ms = framework("mindspore")
+    ms_dtype = _dtype_name(next(iter(ms_cell.get_parameters())).dtype)
     handles = []
     for name, cell in cells.items():
         handles.append(cell.register_forward_pre_hook(

@@ -8,7 +8,7 @@ layers, the noise floor and sweeps all call these.
 from __future__ import annotations
 
 import math
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -87,3 +87,47 @@ def flat(value: Sequence[np.ndarray]) -> np.ndarray:
     """Arrays as one float64 vector."""
     parts: List[np.ndarray] = [np.asarray(v, dtype=np.float64).ravel() for v in value]
     return np.concatenate(parts) if parts else np.zeros(0)
+
+
+def _arrays(value: Union[np.ndarray, Sequence[np.ndarray]]) -> Sequence[np.ndarray]:
+    return [value] if isinstance(value, np.ndarray) else value
+
+
+def module_metrics(reference: Union[np.ndarray, Sequence[np.ndarray]],
+                   other: Union[np.ndarray, Sequence[np.ndarray]]) -> Dict[str, float]:
+    """Ascend msprobe's real-data metrics of ``other`` (MindSpore, msprobe's NPU side) against
+    ``reference`` (torch, its Bench side), as ``compare --layers`` writes them per module call
+    (msprobe's python/msprobe/core/compare/npy_compare.py).
+
+    ``reference``/``other``: an array, or a module's output tensors as a list (concatenated in
+    order). Computed as msprobe's npy_compare does, in float64: the relative error of each element
+    is ``|(o - r) / r|``, where ``r == 0`` both get float64's eps added (so two zeros agree
+    exactly); ``err_ratio_1e-3`` / ``err_ratio_5e-3`` are the fractions of elements whose relative
+    error is below 0.001 / 0.005 (1.0 is best); ``cosine`` is 1.0 when both are all zero and NaN
+    when only one is. NaN or inf in either side makes the metrics NaN. Empty outputs give NaN.
+    """
+    r, o = flat(_arrays(reference)), flat(_arrays(other))
+    if r.shape != o.shape:
+        raise ValueError(f"cannot compare outputs of {r.size} and {o.size} values")
+    nan = float("nan")
+    if r.size == 0:
+        return {"cosine": nan, "max_abs": nan, "max_rel_err": nan, "err_ratio_1e-3": nan, "err_ratio_5e-3": nan}
+    eps = np.finfo(np.float64).eps
+    zero = r == 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.abs(((o + eps * zero) - (r + eps * zero)) / (r + eps * zero))
+        norm_r, norm_o = float(np.linalg.norm(r)), float(np.linalg.norm(o))
+        if norm_r <= eps and norm_o <= eps:
+            cosine = 1.0
+        elif norm_r <= eps or norm_o <= eps:
+            cosine = nan
+        else:
+            cosine = float(np.dot(r, o) / (norm_r * norm_o))
+    finite = bool(np.isfinite(r).all() and np.isfinite(o).all())
+    return {
+        "cosine": cosine if finite else nan,
+        "max_abs": float(np.max(np.abs(o - r))) if finite else nan,
+        "max_rel_err": float(np.max(rel)) if finite else nan,
+        "err_ratio_1e-3": float(np.mean(rel < 0.001)) if finite else nan,
+        "err_ratio_5e-3": float(np.mean(rel < 0.005)) if finite else nan,
+    }

@@ -284,3 +284,20 @@ def describe(cls_name: str, options: Optional[Mapping[str, Any]]) -> str:
     """``"EulerDiscrete s_churn=1"``: a scheduler and its options in one short line."""
     short = cls_name[: -len("Scheduler")] if cls_name.endswith("Scheduler") else cls_name
     return " ".join([short] + [f"{k}={json.dumps(v)}" for k, v in sorted((options or {}).items())])
+
+
+def scheduler_label(name: str, options: Optional[Dict[str, Any]] = None) -> str:
+    """A sweep's name for one scheduler entry: the class name, then its options as sorted JSON
+    (``'DDIMScheduler {"eta": 1.0}'``); the class name alone when it has none."""
+    return f"{name} {json.dumps(options, sort_keys=True)}" if options else name
+
+
+def split_label(label: str) -> Tuple[str, Dict[str, Any]]:
+    """:func:`scheduler_label`'s inverse: (class name, options)."""
+    name, _, options = label.partition(" ")
+    return name, (json.loads(options) if options else {})
+
+
+def row_label(row: Dict[str, Any]) -> str:
+    """The scheduler label of a results.jsonl row (its ``scheduler`` and ``options``)."""
+    return scheduler_label(str(row["scheduler"]), row.get("options") or None)

@@ -8,6 +8,7 @@ from typing import Any, Dict
 
 from ..compare.result import Comparison
 from ..files import atomic_path, json_safe, write_json
+from .html import write_compare_page
 from .pictures import plot_comparison, plot_divergence, plot_layers
 
 REPORT_VERSION = 1
@@ -39,7 +40,7 @@ def report_dict(c: Comparison) -> Dict[str, Any]:
 
 
 def write_report(c: Comparison, out_dir: str) -> Dict[str, str]:
-    """Write the three files into ``out_dir`` (created if needed); return their paths."""
+    """Write report.json, the pictures and report.html into ``out_dir`` (created if needed); return their paths."""
     os.makedirs(out_dir, exist_ok=True)
     paths = {name: os.path.join(out_dir, name) for name in ("report.json", "comparison.png", "divergence.png")}
     write_json(paths["report.json"], report_dict(c))
@@ -51,4 +52,5 @@ def write_report(c: Comparison, out_dir: str) -> Dict[str, str]:
         paths["layers.png"] = os.path.join(out_dir, "layers.png")
         with atomic_path(paths["layers.png"]) as tmp:
             plot_layers(c.layers, tmp)
+    paths.update(write_compare_page(out_dir))  # report.html (and layers.csv) from the files above
     return paths

@@ -7,6 +7,7 @@ from typing import Any, Dict, Optional
 
 from ..compare.matrix import Matrix
 from ..files import atomic_path, json_safe, write_json, write_text
+from .html import write_matrix_page
 from .pictures import plot_matrix
 
 MATRIX_VERSION = 1
@@ -49,4 +50,5 @@ def write_matrix(m: Matrix, out_dir: str) -> Dict[str, str]:
     write_text(paths["matrix.md"], matrix_markdown(m))
     with atomic_path(paths["matrix.png"]) as tmp:
         plot_matrix(m, tmp)
+    paths.update(write_matrix_page(out_dir))  # report.html from the files above
     return paths

@@ -10,11 +10,14 @@ from ..files import pyplot
 
 
 def plot_comparison(c: Any, path: str, max_items: int = 8) -> None:
-    """One row per batch item: image A, image B, |A - B| as a heat map."""
+    """One row per batch item: image A, image B, |A - B| as a heat map; the verdict above, wrapped
+    to the figure's width so that none of it is cut off."""
+    from .plots import wrap
+
     plt = pyplot()
     a, b = c.images["a"][:max_items], c.images["b"][:max_items]
     rows = len(a)
-    fig, axes = plt.subplots(rows, 3, figsize=(9, 3 * rows + 0.6), squeeze=False)
+    fig, axes = plt.subplots(rows, 3, figsize=(9, 3 * rows + 0.9), squeeze=False, layout="constrained")
     diff_max = float(np.max(np.abs(a - b))) or 1e-12
     for i in range(rows):
         for j, (img, title) in enumerate([(a[i], c.frameworks[0]), (b[i], c.frameworks[1])]):
@@ -30,91 +33,125 @@ def plot_comparison(c: Any, path: str, max_items: int = 8) -> None:
         axes[i, 2].set_title("|difference|")
         axes[i, 2].axis("off")
         fig.colorbar(heat, ax=axes[i, 2], fraction=0.046)
-    fig.suptitle(c.verdict(), fontsize=8)
-    fig.tight_layout()
+    fig.suptitle(wrap(c.verdict(), 125), fontsize=9)
     fig.savefig(path, format="png", dpi=100)
     plt.close(fig)
 
 
 def plot_divergence(c: Any, path: str) -> None:
-    """Relative L2 and max |diff| per step: free running (global) and lockstep (local)."""
+    """Relative L2 and max |diff| per step, free running (global) and lockstep (local), against the
+    tolerance and, when it was measured, torch's own float32-vs-float64 floor (the one the verdict
+    names); exact agreement on a band of its own; the legend beside the plot, off the data."""
+    from .plots import ExactBand, legend_outside
+
     plt = pyplot()
     steps = np.arange(1, len(c.global_steps) + 1)
-    tiny = 1e-12  # exact agreement plotted at the floor of the log axis
-
-    def series(rows, key):
-        return np.maximum([r[key] for r in rows], tiny)
-
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    ax.plot(steps, series(c.global_steps, "rel_l2"), "o-", ms=3, label="global: relative L2 (free running)")
-    ax.plot(steps, series(c.global_steps, "max_abs"), "o--", ms=3, label="global: max |diff|")
+    series = [("global: relative L2 (free running)", [r["rel_l2"] for r in c.global_steps], "o-"),
+              ("global: max |diff|", [r["max_abs"] for r in c.global_steps], "o--")]
     if c.local_steps:
-        ax.plot(steps, series([r["sample"] for r in c.local_steps], "rel_l2"), "s-", ms=3,
-                label="local: relative L2 of one step (lockstep)")
-        ax.plot(steps, series([r["model_output"] for r in c.local_steps], "rel_l2"), "^:", ms=3,
-                label="local: relative L2 of the UNet output")
-    ax.axhline(c.tolerance, color="gray", lw=0.8, ls=":", label=f"tolerance {c.tolerance:g}")
-    ax.set_yscale("log")
+        series += [("local: relative L2 of one step (lockstep)", [r["sample"]["rel_l2"] for r in c.local_steps], "s-"),
+                   ("local: relative L2 of the UNet output", [r["model_output"]["rel_l2"] for r in c.local_steps],
+                    "^:")]
+    floor = c.noise_floor["rel_l2"] if c.noise_floor is not None else None
+    band = ExactBand([v for _, values, _ in series for v in values] + [c.tolerance, floor, c.final["rel_l2"]])
+    fig, ax = plt.subplots(figsize=(10, 4.5), layout="constrained")
+    band.start(ax)
+    for label, values, style in series:
+        ax.plot(steps, band(values), style, ms=3, label=label)
+    ax.plot(steps[-1:], band([c.final["rel_l2"]]), "*", ms=11, color="black",
+            label=f"final images: relative L2 {c.final['rel_l2']:.3g} (the verdict's)")
+    ax.axhline(band([c.tolerance])[0], color="tab:red", lw=1, ls="--", label=f"tolerance {c.tolerance:g}")
+    if floor is not None:
+        ax.axhline(band([floor])[0], color="0.35", lw=1, ls="-.",
+                   label=f"noise floor {floor:.3g}: torch {c.settings.dtype} vs float64, final images")
+    band.finish(ax)
+    if len(steps) <= 30:
+        ax.set_xticks(steps)
     ax.set_xlabel("denoising step")
     ax.set_ylabel("difference")
     ax.set_title(f"{c.frameworks[0]} vs {c.frameworks[1]}: error per step")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
+    legend_outside(ax, fontsize=8)
     fig.savefig(path, format="png", dpi=100)
     plt.close(fig)
 
 
 def plot_layers(layers: Any, path: str) -> None:
-    """Local and global relative L2 of every module call along the network, the culprit marked."""
+    """Local and global relative L2 of every module call along the network against the limit each
+    call is judged by (:func:`.layers.module_limit`: per call when torch's floors are used), the
+    calls over it circled, the culprit named; exact zeros on a band of their own; x labels thinned
+    so that none overlap."""
+    from .plots import ExactBand, legend_outside, spaced_ticks
+    from ..compare.layers import LAYER_FLOOR_MULTIPLE, module_limit
+
     plt = pyplot()
     rows = layers.modules
     x = np.arange(len(rows))
-    tiny = 1e-12
-
-    def series(key):
-        return np.array([max(getattr(r, key), tiny) if getattr(r, key) is not None else np.nan for r in rows])
-
-    fig, ax = plt.subplots(figsize=(max(8, len(rows) * 0.06), 4.5))
-    ax.plot(x, series("rel_l2"), ".-", ms=3, lw=0.8, label="global: outputs as run")
-    ax.plot(x, series("local_rel_l2"), "s", ms=3, label="local: fed torch's inputs")
-    if any(r.floor_rel_l2 is not None for r in rows):
-        ax.plot(x, series("floor_rel_l2"), ":", lw=0.8, color="gray", label="torch float32 vs float64 (as run)")
-    ax.axhline(layers.threshold, color="red", lw=0.8, ls="--", label=f"threshold {layers.threshold:.3g}")
+    limits = [module_limit(m, layers.threshold, layers.use_floors) for m in rows]
+    local = [m.local_rel_l2 for m in rows]
+    over = np.array([v is not None and v > lim for v, lim in zip(local, limits)], dtype=bool)
+    floors = [m.floor_rel_l2 for m in rows]
+    band = ExactBand([m.rel_l2 for m in rows] + local + floors + limits)
+    width = min(max(11.0, len(rows) * 0.07), 40.0)
+    fig, ax = plt.subplots(figsize=(width, 5), layout="constrained")
+    band.start(ax)
+    ax.plot(x, band([m.rel_l2 for m in rows]), ".-", ms=3, lw=0.8, label="global: outputs as run")
+    ax.plot(x, band(local), "s", ms=3, label="local: fed torch's inputs")
+    if any(f is not None for f in floors):
+        ax.plot(x, band(floors), ":", lw=0.8, color="gray", label="torch float32 vs float64 (as run)")
+    if layers.use_floors:
+        limit_label = f"limit per call: max({layers.threshold:.3g}, {LAYER_FLOOR_MULTIPLE:g}x its torch floor)"
+    else:
+        limit_label = f"limit {layers.threshold:.3g} for every call"
+    ax.step(x, band(limits), where="mid", color="red", lw=0.9, ls="--", label=limit_label)
+    if over.any():
+        ax.plot(x[over], band(local)[over], "o", mfc="none", mec="red", ms=8,
+                label=f"local error over its limit ({int(over.sum())} of {len(rows)} calls)")
     culprit = next((i for i, r in enumerate(rows) if r.label == layers.culprit), None)
     if culprit is not None:
-        ax.axvline(culprit, color="red", lw=1.2)
-        ax.annotate(f"culprit: {layers.culprit}", (culprit, ax.get_ylim()[1]), fontsize=8, color="red",
-                    rotation=90, va="top", ha="right")
-    ticks = [i for i, r in enumerate(rows) if r.call == 0 and (
+        ax.axvline(culprit, color="red", lw=1.2, label=f"culprit: {layers.culprit} (at x = {culprit})")
+    band.finish(ax)
+    candidates = [i for i, r in enumerate(rows) if r.call == 0 and (
         "." not in r.name or (r.name.count(".") == 1 and r.name.split(".")[1].isdigit()))]
-    ax.set_xticks(ticks)
-    ax.set_xticklabels([rows[i].name or "(denoiser)" for i in ticks], rotation=90, fontsize=6)
-    ax.set_yscale("log")
+    px_per_call = (width - 3.5) * 100 / max(len(rows), 1)
+    labelled = spaced_ticks(candidates, 13 / px_per_call)
+    ax.set_xticks(labelled, [rows[i].name or "(denoiser)" for i in labelled], rotation=90, fontsize=7)
+    ax.set_xticks(candidates, minor=True)
+    ax.set_xlim(-1, len(rows))
     ax.set_ylabel("relative L2")
-    step = f"step {layers.step}, timestep {layers.timestep}" if layers.step is not None else "one call"
+    step = f"step {layers.step}, timestep {layers.timestep:g}" if layers.step is not None else "one call"
     ax.set_title(f"module calls in execution order ({step})")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
+    legend_outside(ax, fontsize=8)
     fig.savefig(path, format="png", dpi=100)
     plt.close(fig)
 
 
 def plot_matrix(m: Any, path: str) -> None:
-    """Final relative L2 per scheduler on a log axis, the tolerance as a line."""
+    """Final relative L2 per scheduler on a log axis, the tolerance as a line; exact agreement on a
+    band of its own, rows that raised drawn at 1 in gray; title wrapped, legend under the plot."""
+    from matplotlib.patches import Patch
+
+    from .plots import ExactBand, wrap
+
     plt = pyplot()
     labels = [r.label for r in m.rows]
-    values = [max(r.rel_l2, 1e-12) if r.rel_l2 is not None and r.rel_l2 == r.rel_l2 else 1.0 for r in m.rows]
+    ran = [r.rel_l2 if r.rel_l2 is not None and r.rel_l2 == r.rel_l2 else None for r in m.rows]
+    band = ExactBand(ran + [m.tolerance] + ([1.0] if None in ran else []), axis="x")
+    values = [1.0 if v is None else band([v])[0] for v in ran]  # a row that raised: drawn at 1
     colors = {"pass": "tab:green", "fail": "tab:red", "error": "tab:gray"}
-    fig, ax = plt.subplots(figsize=(9, 0.28 * len(labels) + 1.5))
+    fig, ax = plt.subplots(figsize=(9, 0.28 * len(labels) + 2.0), layout="constrained")
+    band.start(ax)
     ax.barh(range(len(labels)), values, color=[colors[r.verdict] for r in m.rows])
     ax.set_yticks(range(len(labels)))
     ax.set_yticklabels(labels, fontsize=7)
-    ax.invert_yaxis()
-    ax.set_xscale("log")
-    ax.axvline(m.tolerance, color="black", lw=0.8, ls=":", label=f"tolerance {m.tolerance:g}")
-    ax.set_xlabel("relative L2, torch vs MindSpore, final images (errors drawn at 1)")
-    ax.set_title(m.summary()[:110], fontsize=8)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
+    ax.set_ylim(len(labels) - 0.5, -0.5)
+    tolerance = ax.axvline(band([m.tolerance])[0], color="black", lw=0.8, ls=":",
+                           label=f"tolerance {m.tolerance:g}")
+    names = {"pass": "PASS", "fail": "FAIL", "error": "error (drawn at 1)"}
+    shown = [v for v in colors if any(r.verdict == v for r in m.rows)]
+    handles = [tolerance] + [Patch(color=colors[v], label=names[v]) for v in shown]
+    band.finish(ax)
+    ax.set_xlabel("relative L2, torch vs MindSpore, final images")
+    ax.set_title(wrap(m.summary(), 100), fontsize=9)
+    fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=8)
     fig.savefig(path, format="png", dpi=100)
     plt.close(fig)

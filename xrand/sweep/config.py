@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..checks import UsageError, UsageTypeError, check_choice, check_seed
+from ..pipelines.schedulers import row_label, scheduler_label, split_label  # noqa: F401 (labels of cells)
 
 SWEEP_VERSION = 1
 ENGINES = ("local", "ray")
@@ -36,23 +37,6 @@ def parse_seeds(text: Any) -> List[int]:
             raise UsageError(f"--seeds {text!r} names more than {MAX_CELLS:,} seeds")
         seeds.update(dict.fromkeys(range(low, high + 1)))
     return list(seeds)
-
-
-def scheduler_label(name: str, options: Optional[Dict[str, Any]] = None) -> str:
-    """A sweep's name for one scheduler entry: the class name, then its options as sorted JSON
-    (``'DDIMScheduler {"eta": 1.0}'``); the class name alone when it has none."""
-    return f"{name} {json.dumps(options, sort_keys=True)}" if options else name
-
-
-def split_label(label: str) -> Tuple[str, Dict[str, Any]]:
-    """:func:`scheduler_label`'s inverse: (class name, options)."""
-    name, _, options = label.partition(" ")
-    return name, (json.loads(options) if options else {})
-
-
-def row_label(row: Dict[str, Any]) -> str:
-    """The scheduler label of a results.jsonl row (its ``scheduler`` and ``options``)."""
-    return scheduler_label(str(row["scheduler"]), row.get("options") or None)
 
 
 def parse_schedulers(text: Optional[str], plan: Any, user: Optional[Dict[str, Any]] = None) -> List[str]:

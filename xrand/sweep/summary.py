@@ -8,6 +8,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from ..files import atomic_path, json_safe, pyplot, write_json, write_text
+from ..report.html import write_sweep_page
 from .config import SWEEP_VERSION, Cell, SweepConfig, split_label
 from .results import SweepResult
 
@@ -74,6 +75,7 @@ def write_summary(out: str, config: SweepConfig, result: SweepResult) -> Dict[st
     write_text(os.path.join(out, SUMMARY_MD), summary_markdown(summary))
     with atomic_path(os.path.join(out, PLOT)) as tmp:
         plot_sweep(result, config, tmp)
+    write_sweep_page(out, list(result.rows.values()))  # report.html from the files above
     return summary
 
 
@@ -112,34 +114,37 @@ def summary_markdown(summary: Dict[str, Any]) -> str:
 
 
 def plot_sweep(result: SweepResult, config: SweepConfig, path: str) -> None:
-    """One panel per metric: each scheduler's cells as points over a box plot."""
+    """One panel per metric: each scheduler's cells as points over a box plot; exact agreement
+    (rel L2 0, PSNR infinite, SSIM 1) on a labelled band of its own; legends under the panels."""
     from ..pipelines.schedulers import describe
+    from ..report.plots import ExactBand
 
     plt = pyplot()
     names = list(dict.fromkeys(s for _, s in result.cells))
-    fig, axes = plt.subplots(1, 3, figsize=(12, 4))
+    fig, axes = plt.subplots(1, 3, figsize=(12, 4.6), layout="constrained")
     rng = np.random.default_rng(0)  # jitter only
-    for ax, (key, label) in zip(axes, (("rel_l2", "relative L2"), ("psnr_db", "PSNR (dB)"), ("ssim", "1 - SSIM"))):
+    tol = config.plan.tolerance
+    panels = (("rel_l2", "relative L2", 0.0), ("psnr_db", "PSNR (dB)", math.inf), ("ssim", "1 - SSIM", 0.0))
+    for ax, (key, label, exact) in zip(axes, panels):
         data = []
         for name in names:
             values = [float(r[key]) for c, r in result.rows.items() if c[1] == name and "error" not in r]
             values = [1 - v for v in values] if key == "ssim" else values  # SSIM sits within 1e-6 of 1
-            data.append([v for v in values if math.isfinite(v)] or [np.nan])
-        ax.boxplot(data, showfliers=False)
-        for i, values in enumerate(data, 1):
+            data.append([v for v in values if not math.isnan(v)])
+        band = ExactBand([v for d in data for v in d] + ([tol] if key == "rel_l2" else []), exact=exact)
+        band.start(ax)
+        placed = [list(band(d)) or [np.nan] for d in data]
+        ax.boxplot(placed, showfliers=False)
+        for i, values in enumerate(placed, 1):
             ax.plot(i + rng.uniform(-0.15, 0.15, len(values)), values, "o", ms=3, alpha=0.6)
         ax.set_xticks(range(1, len(names) + 1))
         ax.set_xticklabels([describe(*split_label(name)) for name in names], rotation=20, fontsize=8)
         ax.set_title(label)
-        finite = [v for d in data for v in d if math.isfinite(v)]
-        if key in ("rel_l2", "ssim") and finite and min(finite) > 0:  # none when every cell failed to run
-            ax.set_yscale("log")
         if key == "rel_l2":
-            tol = config.plan.tolerance
-            ax.axhline(tol, color="gray", lw=0.8, ls=":", label=f"tolerance {tol:g}")
-            ax.legend(fontsize=8)
+            ax.axhline(band([tol])[0], color="tab:red", lw=0.8, ls="--", label=f"tolerance {tol:g}")
+            ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2))
+        band.finish(ax)
     fig.suptitle(f"xrand sweep: {sum(1 for c in result.cells if c in result.rows)} cells, "
                  f"{config.settings.steps} steps", fontsize=9)
-    fig.tight_layout()
     fig.savefig(path, format="png", dpi=100)
     plt.close(fig)
