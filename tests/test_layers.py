@@ -363,3 +363,33 @@ def test_a_fault_in_one_stable_diffusion_unet_module_names_exactly_that_module(s
         handle.remove()
     assert report.culprit == fault, report.summary()
     assert row(report, fault).local_rel_l2 == pytest.approx(1e-3, rel=0.05)
+
+
+def test_every_call_over_its_limit_is_reported_with_the_first_and_the_worst(tmp_path):
+    """The digits model at timestep 500: time_proj is over its limit by itself (MindSpore's CPU
+    Exp, test above); a 1e-3 fault injected at time_embedding is the worst by far, and both are
+    named, in the console's lines, the JSON and layers.csv."""
+    from xrand.cli import default_model
+    from xrand.report.csv import layers_csv
+
+    digits = load_pair(Settings(model=default_model(), batch_size=1))
+    sample = np.random.default_rng(0).standard_normal((1, 1, 16, 16)).astype(np.float32)
+    cell = dict(digits.mindspore.pipe.unet.cells_and_names())["time_embedding"]
+    handle = cell.register_forward_hook(lambda cell, args, output: output * FAULT)
+    try:
+        report = layer_diff(digits.torch.pipe.unet, digits.mindspore.pipe.unet, *unet_inputs(sample, 500))
+    finally:
+        handle.remove()
+    over = [m.label for m in report.over]
+    assert report.culprit == "time_proj" and over[:2] == ["time_proj", "time_embedding"]
+    assert report.worst.label == "time_embedding" and report.worst.local_rel_l2 > 100 * report.worst.limit
+    first, second = report.summary().splitlines()
+    assert "parts from torch at time_proj" in first
+    assert f"{len(over)} module calls over their limits; the worst time_embedding (TimestepEmbedding)" in second
+    data = report.to_dict()
+    assert data["over"] == over and data["worst"] == "time_embedding"
+    rows = {row["name"]: row for row in data["modules"]}
+    assert rows["time_embedding"]["over"] and rows["time_embedding"]["limit"] == report.worst.limit
+    assert 0 < rows["time_embedding"]["cosine"] <= 1 and rows["conv_in"]["err_ratio_1e-3"] > 0.99
+    table = layers_csv(data)
+    assert "time_embedding" in table and table.splitlines()[0].startswith("NPU Name,Bench Name,Cosine")
