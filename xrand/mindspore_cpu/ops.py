@@ -62,11 +62,11 @@ def _conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1)
     """mint.nn.functional.conv2d (kernel Conv2DExt): MindSpore's CPU Conv2D, or im2col and a matmul.
 
     MindSpore's CPU Conv2D is oneDNN's. On AVX-512, oneDNN runs it as "jit_uni_ncsp:conv+ref"
-    on the plain NCHW layout MindSpore hands it: 21 ms for a 32-channel 3x3 conv at 16x16, batch
-    4, against 0.9 ms for ops.unfold and one batched matmul, and 0.2 ms for torch. At AVX2
-    (:func:`.runtime.cap_onednn_isa`) oneDNN runs it as a GEMM ("x64:gemm:jit") in 0.55 ms, so Conv2D
-    serves every conv then; otherwise only grouped convs and padding given by name ("same",
-    "valid"). Measured on MindSpore 2.10, ONEDNN_VERBOSE=1.
+    on the plain NCHW layout MindSpore hands it, far slower than ops.unfold and one batched
+    matmul; at AVX2 (:func:`.runtime.cap_onednn_isa`) it runs as a GEMM ("x64:gemm:jit"), faster
+    than both, so Conv2D serves every conv then; otherwise only grouped convs and padding given
+    by name ("same", "valid"). Seen with ONEDNN_VERBOSE=1 on MindSpore 2.10; the timings are in
+    the README's "MindSpore without Ascend".
     """
     if conv2d_by_onednn or groups != 1 or isinstance(padding, str):
         pad_mode, pad = (padding, 0) if isinstance(padding, str) else ("pad", padding)

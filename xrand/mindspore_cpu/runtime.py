@@ -59,9 +59,9 @@ def tune_cpu_runtime(threads: int | None = None) -> bool:
     """Once per process on a CPU target: synchronous op launch, ``threads`` kernel threads, and
     MindSpore's oneDNN capped at AVX2 (:func:`cap_onednn_isa`).
 
-    MindSpore's asynchronous PyNative launch cost about 1 ms an operator on 2 cores: the
-    digits UNet took 0.48 s/step async and 0.034 s/step with ms.runtime.launch_blocking()
-    (measured). Kernel threads default to 25 (mindspore/device_context/cpu/op_tuning.py);
+    MindSpore's asynchronous PyNative launch costs far more per operator than the operators of a
+    small model on a CPU (README, "MindSpore without Ascend"). Kernel threads default to 25
+    (mindspore/device_context/cpu/op_tuning.py);
     ``threads=None`` uses the CPUs this process may run on. All three can be set only once
     per process; returns whether the launch or the threads were set now (never off the CPU).
     """

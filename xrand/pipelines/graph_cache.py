@@ -1,7 +1,7 @@
 """MindSpore's graph-mode compile cache, in a folder keyed by everything that changes a compiled graph.
 
-Graph mode compiles the UNet (and Stable Diffusion's text encoder and VAE) on its first call:
-seconds per model. MindSpore can save the compiled graphs and load them in a later process
+Graph mode compiles each Cell a pipeline calls (the denoiser, and the text encoders and VAE of
+text-to-image pipelines) on its first call: seconds per model. MindSpore can save the compiled graphs and load them in a later process
 (``MS_COMPILER_CACHE_ENABLE``, ``MS_COMPILER_CACHE_PATH``), but on MindSpore 2.10 it
 
 - names the graphs of a folder by the order a process compiles them (``compile_cache_0.mindir``...)

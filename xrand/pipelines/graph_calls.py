@@ -4,8 +4,8 @@ PyNative's numbers: on a CPU, graph mode runs ``mindspore.nn.Linear`` (``mint.nn
 MatMul with a transposed second input plus a BiasAdd, while PyNative's Dense kernel computes as
 ``ops.matmul(x.reshape(-1, in_features), weight.T)`` does. For some inputs the two round
 differently: with MindSpore's oneDNN at AVX-512, those of up to 8 rows (every UNet's time
-embedding), 1.6e-7 to 2.6e-7 relative L2 for one layer, 1.5e-7 for a whole digits UNet call,
-1.3e-6 for the random-weight cifar10-architecture UNet; at AVX2 (mindspore_cpu.cap_onednn_isa)
+embedding), about 2e-7 relative L2 for one layer and 1e-7 to 1e-6 for a whole UNet call (README,
+"graph mode"); at AVX2 (mindspore_cpu.cap_onednn_isa)
 others, such as one row of 128 or 256 rows of 256 (MindSpore 2.10). Inside
 :func:`linear_as_in_pynative` Linear's construct is that matmul plus the bias, and graph mode
 gives PyNative's bits (tests/test_graph_cache.py: Linear layers of 2 to 4 dimensions and 1 to
@@ -13,9 +13,9 @@ gives PyNative's bits (tests/test_graph_cache.py: Linear layers of 2 to 4 dimens
 
 No per-call walk: in graph mode every call of a Cell (the UNet, once per step) goes through
 MindSpore's compile, which finds the graph already compiled but first sets ``compile_phase`` on
-the Cell, whose setter sets it again on every sub-cell through ``Cell.__setattr__``: 168 cells
-and 2 ms per call of the digits UNet on a 2-core CPU, 7% of a cached 50-step run (MindSpore
-2.10, measured with cProfile). Inside :func:`direct_phase_setter` the setter writes the same
+the Cell, whose setter sets it again on every sub-cell through ``Cell.__setattr__`` (a walk of
+every sub-cell at every step; its share of a run: benchmarks/RESULTS.md, figure 5, measured
+with cProfile on MindSpore 2.10). Inside :func:`direct_phase_setter` the setter writes the same
 attribute of the same cells directly (a string attribute's ``Cell.__setattr__`` ends in
 ``object.__setattr__``), so nothing a graph computes changes.
 """

@@ -43,8 +43,8 @@ FLOW_CAPABLE: Tuple[str, ...] = (
     "DEISMultistepScheduler", "SASolverScheduler",
 )
 
-#: Schedulers both libraries ship that drive neither kind of model here, and why.
-UNFIT: Dict[str, str] = {
+#: Schedulers both libraries ship that drive neither kind of model here, and why (the refusal says it).
+CANNOT_DRIVE: Dict[str, str] = {
     "AmusedScheduler": "it unmasks image tokens of a VQ transformer (aMUSEd), not a denoiser",
     "VQDiffusionScheduler": "it denoises discrete VQ tokens, not a denoiser's output",
     "CogVideoXDDIMScheduler": "it is CogVideoX's video sampler (v-prediction with its own SNR shift and timestep "
@@ -146,7 +146,7 @@ MATRICES = {NOISE: MATRIX, FLOW: FLOW_MATRIX}
 
 
 def known_names() -> List[str]:
-    return sorted(set(NOISE_SCHEDULERS) | set(FLOW_SCHEDULERS) | set(UNFIT))
+    return sorted(set(NOISE_SCHEDULERS) | set(FLOW_SCHEDULERS) | set(CANNOT_DRIVE))
 
 
 def kind_of(cls_name: str, config: Mapping[str, Any]) -> Optional[str]:
@@ -186,8 +186,8 @@ def check_fits(cls_name: str, config: Mapping[str, Any], kind: str, pipeline: st
         return
     accepted = [name for name in NOISE_SCHEDULERS + FLOW_SCHEDULERS
                 if kind_of(name, {}) == kind or (kind == FLOW and name in FLOW_CAPABLE)]
-    if cls_name in UNFIT:
-        why = UNFIT[cls_name]
+    if cls_name in CANNOT_DRIVE:
+        why = CANNOT_DRIVE[cls_name]
     elif cls_name in FLOW_CAPABLE and kind == FLOW:
         why = (f"it drives a flow-matching model only with the options "
                f"{', '.join(f'{k}={json.dumps(v)}' for k, v in FLOW_OPTIONS.items())}")
