@@ -171,6 +171,10 @@ def test_doctor_lists_backends():
     env = info["environment"]
     if names.get("mindspore") and env.get("machine") == "x86_64" and env.get("mindspore_device_target") == "CPU":
         assert info["mindspore_onednn_isa"] == "AVX2"  # as a MindSpore side runs (mindspore_cpu.cap_onednn_isa)
+    from importlib.metadata import version
+
+    assert info["optional"] == {"numba": version("numba"), "ray": version("ray")}
+    assert info["graph_cache"]["folder"].endswith("mindspore-graphs") and info["graph_cache"]["graphs"] >= 0
 
 
 def test_no_command_prints_help():

@@ -232,6 +232,8 @@ def cmd_doctor(args) -> int:
 
         tune_cpu_runtime()
         info["mindspore_onednn_isa"] = onednn_isa()
+    info["optional"] = {name: _installed_version(name) for name in OPTIONAL}
+    info["graph_cache"] = _graph_cache_info()
     if args.json:
         print(json.dumps(info, indent=2, default=str))
         return 0
@@ -242,10 +244,41 @@ def cmd_doctor(args) -> int:
     print(f"torch CPU kernel: {info['torch_cpu_kernel']}")
     if info.get("mindspore_onednn_isa"):
         print(f"MindSpore's oneDNN: {info['mindspore_onednn_isa']}")
+    for name, why in OPTIONAL.items():
+        print(f"{name}: {info['optional'][name]} ({why})")
+    cache = info["graph_cache"]
+    print(f"MindSpore graph cache: {cache['folder']} ({cache['graphs']} compiled, {cache['megabytes']:.0f} MB; "
+          f"{XRAND_CACHE_HELP})")
     print("environment:")
     for key, value in info["environment"].items():
         print(f"  {key}: {value}")
     return 0
+
+
+#: Optional packages doctor reports, and what each one is for.
+OPTIONAL = {"numba": "the torch-cpu and torch-cuda streams' compiled engines; pip install 'xrand[fast]'",
+            "ray": "xrand sweep --engine ray; pip install 'xrand[ray]'"}
+XRAND_CACHE_HELP = "set XRAND_CACHE_DIR to move it; delete it to free the space"
+
+
+def _installed_version(name: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "not installed"
+
+
+def _graph_cache_info() -> Dict[str, object]:
+    """Where MindSpore's compiled graphs are kept (xrand.pipelines.graph_cache), how many, how large."""
+    from .pipelines.graph_cache import cache_root
+
+    folder = cache_root()
+    graphs = [entry for entry in os.scandir(folder) if entry.is_dir()] if os.path.isdir(folder) else []
+    size = sum(os.path.getsize(os.path.join(root, name)) for graph in graphs
+               for root, _, names in os.walk(graph.path) for name in names)
+    return {"folder": folder, "graphs": len(graphs), "megabytes": size / 2**20}
 
 
 def _default(name: str):
@@ -364,6 +397,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     except KeyboardInterrupt:
         print(f"xrand {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader of the output went away (xrand doctor | head): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # as Python's docs advise
+        return 141
 
 
 if __name__ == "__main__":
