@@ -11,7 +11,7 @@ others, such as one row of 128 or 256 rows of 256 (MindSpore 2.10). Inside
 gives PyNative's bits (tests/test_graph_cache.py: Linear layers of 2 to 4 dimensions and 1 to
 256 rows, a UNet; tests/test_recipes.py: Stable Diffusion).
 
-No per-call walk: in graph mode every call of a Cell (the UNet, once per step) goes through
+No per-call walk: in graph mode every call of a Cell (the denoiser, once per step) goes through
 MindSpore's compile, which finds the graph already compiled but first sets ``compile_phase`` on
 the Cell, whose setter sets it again on every sub-cell through ``Cell.__setattr__`` (a walk of
 every sub-cell at every step; its share of a run: benchmarks/RESULTS.md, figure 5, measured

@@ -50,7 +50,7 @@ def plot_divergence(c: Any, path: str) -> None:
               ("global: max |diff|", [r["max_abs"] for r in c.global_steps], "o--")]
     if c.local_steps:
         series += [("local: relative L2 of one step (lockstep)", [r["sample"]["rel_l2"] for r in c.local_steps], "s-"),
-                   ("local: relative L2 of the UNet output", [r["model_output"]["rel_l2"] for r in c.local_steps],
+                   ("local: relative L2 of the model output", [r["model_output"]["rel_l2"] for r in c.local_steps],
                     "^:")]
     floor = c.noise_floor["rel_l2"] if c.noise_floor is not None else None
     band = ExactBand([v for _, values, _ in series for v in values] + [c.tolerance, floor, c.final["rel_l2"]])
