@@ -4,6 +4,8 @@ Faults are injected into one MindSpore cell only (its output scaled by 1 + 1e-3,
 forward hook), and the culprit must be exactly that cell. The layer step is the last one
 (timestep 0) except where a test says otherwise: at large timesteps MindSpore's own CPU Exp
 kernel makes the timestep embedding a genuine culprit (test_large_timestep_...).
+The noise floor and the checks of bad options need torch alone and run without MindSpore; the
+tests that compare the sides take the ``mindone`` fixture (conftest.py), or a pair, and skip there.
 """
 import json
 import os
@@ -13,10 +15,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("diffusers")
-ms = pytest.importorskip("mindspore")
-pytest.importorskip("mindone.diffusers")
 
-from test_pipelines import make_tiny_model  # noqa: E402
+from conftest import make_tiny_model  # noqa: E402
 from xrand.checks import UsageError  # noqa: E402
 from xrand.cli import main  # noqa: E402
 from xrand.pipelines.compare import compare_loaded, load_pair  # noqa: E402
@@ -34,7 +34,7 @@ def tiny_model(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def pair(tiny_model):
+def pair(tiny_model, mindone):
     return load_pair(Settings(model=tiny_model, batch_size=1), quiet=True)
 
 
@@ -212,7 +212,7 @@ def test_bad_layer_options(options, match):
         options.check(4)
 
 
-def test_cli_bad_layers_input_is_one_line_and_exit_2(tiny_model, tmp_path, capsys):
+def test_cli_bad_layers_input_is_one_line_and_exit_2(tiny_model, mindone, tmp_path, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("x")
     cases = [
@@ -270,7 +270,7 @@ def test_compare_with_layers_and_noise_floor_writes_report_and_picture(pair, tin
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
 
-def test_large_timestep_names_mindspores_timestep_embedding(tmp_path, capsys):
+def test_large_timestep_names_mindspores_timestep_embedding(mindone, tmp_path, capsys):
     """A real finding, on the embedded digits model at timestep 500: MindSpore's CPU Exp kernel
     (mint.exp, float32) is off by up to 4e-6 relative where torch's is 3e-7, so mindone's
     sinusoidal embedding differs from torch's by 7.7e-5, about 25x torch's own float32 error
@@ -305,7 +305,7 @@ SD_PROMPT = dict(prompt="a red circle", negative_prompt="blue")
 
 
 @pytest.fixture(scope="module")
-def sd_pair(tmp_path_factory):
+def sd_pair(tmp_path_factory, mindone):
     from xrand.models.tiny_sd import build_tiny_sd
 
     model = str(build_tiny_sd(tmp_path_factory.mktemp("sd") / "model", seed=0))

@@ -1,4 +1,7 @@
-"""Any pipeline and scheduler both libraries ship: recipes, scheduler swaps, lockstep, bad input."""
+"""Any pipeline and scheduler both libraries ship: recipes, scheduler swaps, lockstep, bad input.
+
+Tests of the torch side alone run without MindSpore; those that take the ``mindone`` or ``ms``
+fixture (conftest.py), or a pair of sides, skip there."""
 import dataclasses
 import json
 import shutil
@@ -10,10 +13,8 @@ import xrand
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("diffusers")
-ms = pytest.importorskip("mindspore")
-pytest.importorskip("mindone.diffusers")
 
-from test_pipelines import make_tiny_model  # noqa: E402
+from conftest import make_tiny_model  # noqa: E402
 from xrand.pipelines import schedulers  # noqa: E402
 from xrand.pipelines.compare import compare_loaded, compare_sides, load_pair, lockstep_side  # noqa: E402
 from xrand.pipelines.settings import Settings  # noqa: E402
@@ -28,12 +29,19 @@ def tiny_model(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def tiny_pair(tiny_model):
+def tiny_pair(tiny_model, mindone):
     return load_pair(Settings(model=tiny_model, steps=2, batch_size=1), quiet=True)
 
 
 @pytest.fixture(scope="module")
+def tiny_torch(tiny_model):
+    """The torch side alone (as ``tiny_pair.torch``)."""
+    return load("torch", Settings(model=tiny_model, steps=2, batch_size=1), quiet=True)
+
+
+@pytest.fixture(scope="module")
 def tiny_sd(tmp_path_factory):
+    pytest.importorskip("transformers")
     from xrand.models.tiny_sd import build_tiny_sd
 
     return str(build_tiny_sd(tmp_path_factory.mktemp("sd") / "model", seed=0))
@@ -59,7 +67,7 @@ def euler_a_folder(tiny_model, tmp_path_factory):
     return str(folder)
 
 
-def test_folder_declaring_euler_ancestral_runs_euler_ancestral_not_ddim(euler_a_folder, tmp_path):
+def test_folder_declaring_euler_ancestral_runs_euler_ancestral_not_ddim(euler_a_folder, mindone, tmp_path):
     from xrand.pipelines.compare import compare_frameworks
     from xrand.pipelines.report import write_report
 
@@ -122,11 +130,11 @@ def test_lockstep_for_any_scheduler(tiny_pair, tiny_model, name, options, draws)
     assert all(r["sample"]["rel_l2"] < 1e-4 for r in c.local_steps)
 
 
-def test_lockstep_hook_sees_the_unet_inputs(tiny_pair, tiny_model):
+def test_lockstep_hook_sees_the_unet_inputs(tiny_torch, tiny_model):
     settings = tiny(tiny_model, scheduler="lms")
-    side = run(tiny_pair.torch, settings)
+    side = run(tiny_torch, settings)
     seen = []
-    rows = lockstep_side(tiny_pair.torch, settings, [side.initial_noise] + list(side.states[:-1]),
+    rows = lockstep_side(tiny_torch, settings, [side.initial_noise] + list(side.states[:-1]),
                          hook=lambda i, t, args, kwargs: seen.append((i, float(t), tuple(args[0].shape))))
     assert seen == [(0, side.timesteps[0], (1, 1, 8, 8)), (1, side.timesteps[1], (1, 1, 8, 8))]
     np.testing.assert_allclose(rows[-1]["sample"], side.states[-1], rtol=0, atol=1e-6)
@@ -134,8 +142,14 @@ def test_lockstep_hook_sees_the_unet_inputs(tiny_pair, tiny_model):
 
 # -- text to image --------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def sd_pair(tiny_sd):
+def sd_pair(tiny_sd, mindone):
     return load_pair(tiny(tiny_sd, **PROMPT), quiet=True)
+
+
+@pytest.fixture(scope="module")
+def sd_torch(tiny_sd):
+    """The torch side alone (as ``sd_pair.torch``)."""
+    return load("torch", tiny(tiny_sd, **PROMPT), quiet=True)
 
 
 @pytest.mark.parametrize("scheduler", [None, "euler-a", "dpm++-2m-sde"])
@@ -161,16 +175,16 @@ def test_stable_diffusion_in_graph_mode_gives_pynatives_bits(sd_pair, tiny_sd):
     np.testing.assert_array_equal(graph.images, pynative.images)
 
 
-def test_stable_diffusion_guidance_changes_the_images(sd_pair, tiny_sd):
-    guided = run(sd_pair.torch, tiny(tiny_sd, guidance_scale=7.5, **PROMPT))
-    plain = run(sd_pair.torch, tiny(tiny_sd, guidance_scale=1.0, **PROMPT))
+def test_stable_diffusion_guidance_changes_the_images(sd_torch, tiny_sd):
+    guided = run(sd_torch, tiny(tiny_sd, guidance_scale=7.5, **PROMPT))
+    plain = run(sd_torch, tiny(tiny_sd, guidance_scale=1.0, **PROMPT))
     assert np.abs(guided.images - plain.images).max() > 1e-3
 
 
-def test_stable_diffusion_without_prompt_is_a_usage_error(sd_pair, tiny_sd):
+def test_stable_diffusion_without_prompt_is_a_usage_error(sd_torch, tiny_sd):
     with pytest.raises(xrand.UsageError, match=r"StableDiffusionPipeline is text to image: give it a prompt "
                                                r"\(--prompt TEXT"):
-        run(sd_pair.torch, tiny(tiny_sd))
+        run(sd_torch, tiny(tiny_sd))
 
 
 # -- bad input --------------------------------------------------------------------------------------------------------
@@ -180,14 +194,14 @@ def test_unknown_scheduler_option_names_it_and_the_accepted_keys(tiny_model):
         load("torch", tiny(tiny_model, scheduler="euler", scheduler_options={"karras": True}))
 
 
-def test_a_value_the_scheduler_refuses_is_a_usage_error(tiny_pair, tiny_model):
+def test_a_value_the_scheduler_refuses_is_a_usage_error(tiny_torch, tiny_model):
     with pytest.raises(xrand.UsageError, match="DPMSolverMultistepScheduler refused the options"):
-        run(tiny_pair.torch, tiny(tiny_model, scheduler="dpm++-2m", scheduler_options={"algorithm_type": "nope"}))
+        run(tiny_torch, tiny(tiny_model, scheduler="dpm++-2m", scheduler_options={"algorithm_type": "nope"}))
 
 
-def test_pndm_with_too_few_steps_says_why(tiny_pair, tiny_model):
+def test_pndm_with_too_few_steps_says_why(tiny_torch, tiny_model):
     with pytest.raises(xrand.UsageError, match="PNDMScheduler with Runge-Kutta steps needs at least 4 steps, got 2"):
-        run(tiny_pair.torch, tiny(tiny_model, scheduler="pndm"))
+        run(tiny_torch, tiny(tiny_model, scheduler="pndm"))
 
 
 def test_folder_missing_a_component_names_it(tiny_model):
@@ -216,7 +230,7 @@ def test_scheduler_names_aliases_and_options():
         schedulers.parse_option("karras")
 
 
-def test_every_listed_scheduler_exists_in_both_libraries():
+def test_every_listed_scheduler_exists_in_both_libraries(mindone):
     import diffusers.schedulers as pt_schedulers
     import mindone.diffusers.schedulers as ms_schedulers
 
@@ -225,7 +239,7 @@ def test_every_listed_scheduler_exists_in_both_libraries():
     assert {name for name, _ in schedulers.MATRIX} == set(schedulers.IMAGE_SCHEDULERS)
 
 
-def test_mindspore_device_target_and_mode_are_restored_after_a_run(tiny_pair, tiny_model):
+def test_mindspore_device_target_and_mode_are_restored_after_a_run(tiny_pair, tiny_model, ms):
     before = (ms.get_context("device_target"), ms.get_context("mode"))
     pair = dataclasses.replace(tiny_pair)
     pair.mindspore.device = "CPU"
