@@ -18,6 +18,38 @@ def pytest_sessionstart(session):
         tune_cpu_runtime()
 
 
+@pytest.fixture(scope="session")
+def mindone():
+    """mindone.diffusers on MindSpore, for a test or fixture that runs MindSpore's side. Where
+    MindSpore or mindone is not installed (``xrand[torch,diffusers,compare]`` alone) it skips
+    just that test; the rest of its module, the torch side, still runs."""
+    pytest.importorskip("mindspore")
+    return pytest.importorskip("mindone.diffusers")
+
+
+@pytest.fixture(scope="session")
+def ms(mindone):
+    """MindSpore, with mindone.diffusers installed beside it (else the test skips)."""
+    import mindspore
+
+    return mindspore
+
+
+def make_tiny_model(path):
+    """A random 1-channel UNet2DModel with an attention block, saved as a DDIMPipeline folder
+    (needs torch and diffusers only; mindone reads the same folder)."""
+    import torch
+    from diffusers import DDIMPipeline, DDIMScheduler, UNet2DModel
+
+    torch.manual_seed(0)
+    unet = UNet2DModel(sample_size=8, in_channels=1, out_channels=1, block_out_channels=(16, 32),
+                       layers_per_block=1, down_block_types=("DownBlock2D", "AttnDownBlock2D"),
+                       up_block_types=("AttnUpBlock2D", "UpBlock2D"), norm_num_groups=8)
+    DDIMPipeline(unet=unet, scheduler=DDIMScheduler(num_train_timesteps=1000)).save_pretrained(
+        str(path), safe_serialization=True)
+    return str(path)
+
+
 @pytest.fixture(autouse=True)
 def _clean_backend_choice(monkeypatch):
     """Every test starts with no process-wide backend choice and no XRAND_BACKEND."""

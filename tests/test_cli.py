@@ -1,4 +1,6 @@
-"""The command line: exit codes, one-line errors without tracebacks, outputs, no partial files."""
+"""The command line: exit codes, one-line errors without tracebacks, outputs, no partial files.
+
+What runs the torch side alone runs without MindSpore; tests taking the ``mindone`` fixture skip there."""
 import json
 import os
 import subprocess
@@ -9,9 +11,9 @@ import pytest
 from xrand.cli import main
 
 pytest.importorskip("torch")
-pytest.importorskip("mindone.diffusers")
+pytest.importorskip("diffusers")
 
-from test_pipelines import make_tiny_model  # noqa: E402
+from conftest import make_tiny_model  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +26,7 @@ def xrand_cli(*args, cwd=None):
                           timeout=600)
 
 
-def test_compare_writes_report_and_pictures_quietly(tiny_model, tmp_path):
+def test_compare_writes_report_and_pictures_quietly(tiny_model, mindone, tmp_path):
     out = xrand_cli("compare", "--model", tiny_model, "--steps", "2", "--batch-size", "1", "--quiet",
                     "--out", str(tmp_path / "o"))
     assert out.returncode == 0, out.stderr
@@ -33,7 +35,7 @@ def test_compare_writes_report_and_pictures_quietly(tiny_model, tmp_path):
     assert sorted(os.listdir(tmp_path / "o")) == ["comparison.png", "divergence.png", "report.html", "report.json"]
 
 
-def test_run_then_compare_two_files(tiny_model, tmp_path):
+def test_run_then_compare_two_files(tiny_model, mindone, tmp_path):
     for backend in ("torch", "mindspore"):
         out = xrand_cli("run", "--backend", backend, "--model", tiny_model, "--steps", "2", "--batch-size", "1",
                         "--eta", "1", "--mindspore-mode", "graph", "--quiet",
@@ -45,7 +47,7 @@ def test_run_then_compare_two_files(tiny_model, tmp_path):
     assert out.stdout.startswith("PASS: torch vs mindspore after 2 steps")
 
 
-def test_failing_tolerance_exits_1(tmp_path):
+def test_failing_tolerance_exits_1(mindone, tmp_path):
     # The embedded digits model: after one step the frameworks differ by a few float32 ulps, so a
     # tolerance of 0 must fail (the tiny test model can come out bit-identical after one step).
     code = main(["compare", "--steps", "1", "--batch-size", "1", "--tolerance", "0",
@@ -85,8 +87,8 @@ def test_failing_tolerance_exits_1(tmp_path):
                                                                        "--scheduler all"),
     (["run", "--backend", "torch", "--scheduler", "all", "--out", "x.safetensors"], "--scheduler all needs both "
                                                                                     "frameworks"),
-    (["compare", "--scheduler", "euler", "--scheduler-option", "karras=1", "--steps", "1"],
-     "EulerDiscreteScheduler has no option 'karras'; accepted: config keys num_train_timesteps"),
+    (["run", "--backend", "torch", "--scheduler", "euler", "--scheduler-option", "karras=1", "--steps", "1", "--out",
+      "x.safetensors"], "EulerDiscreteScheduler has no option 'karras'; accepted: config keys num_train_timesteps"),
 ])
 def test_user_errors_are_one_line_without_traceback(args, message, tmp_path):
     out = xrand_cli(*args, cwd=str(tmp_path))
@@ -95,6 +97,15 @@ def test_user_errors_are_one_line_without_traceback(args, message, tmp_path):
     assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
     assert message in lines[0]
     assert os.listdir(tmp_path) == []  # nothing written
+
+
+def test_an_option_the_scheduler_lacks_is_one_line_when_compare_builds_both_sides(mindone, tmp_path):
+    out = xrand_cli("compare", "--scheduler", "euler", "--scheduler-option", "karras=1", "--steps", "1",
+                    cwd=str(tmp_path))
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
+    assert "EulerDiscreteScheduler has no option 'karras'; accepted: config keys num_train_timesteps" in lines[0]
+    assert os.listdir(tmp_path) == []
 
 
 def test_bad_file_content_is_one_line(tmp_path):
@@ -118,7 +129,7 @@ def test_corrupt_model_weights_is_a_clean_error(tiny_model, tmp_path):
     assert not (tmp_path / "side.safetensors").exists()
 
 
-def test_scheduler_all_writes_the_matrix(tiny_model, tmp_path):
+def test_scheduler_all_writes_the_matrix(tiny_model, mindone, tmp_path):
     """Every shared image scheduler on both frameworks, few steps: all pass (5e-3, fp32)."""
     from xrand.pipelines.schedulers import MATRIX
 
@@ -180,3 +191,15 @@ def test_doctor_lists_backends():
 def test_no_command_prints_help():
     out = xrand_cli()
     assert out.returncode == 2 and "compare" in out.stdout
+
+
+@pytest.mark.parametrize("args", [["compare", "--steps", "1"], ["run", "--backend", "mindspore", "--out", "m.safetensors"],
+                                  ["sweep", "--seeds", "0-1", "--out", "sweep"]])
+def test_a_library_that_cannot_be_imported_is_one_line_and_writes_nothing(args, tmp_path):
+    """As on an install without MindSpore (xrand[torch,diffusers,compare]): mindone hidden."""
+    code = f"import sys; sys.modules['mindone'] = None; from xrand.cli import main; sys.exit(main({args!r}))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(tmp_path), timeout=600)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
+    assert "mindone.diffusers cannot be imported here" in lines[0] and "pip install 'xrand[mindspore,diffusers]'" in lines[0]
+    assert os.listdir(tmp_path) == []

@@ -16,7 +16,7 @@ pytest.importorskip("diffusers")
 ms = pytest.importorskip("mindspore")
 pytest.importorskip("mindone.diffusers")
 
-from test_pipelines import make_tiny_model  # noqa: E402
+from conftest import make_tiny_model  # noqa: E402
 from xrand import mindspore_cpu  # noqa: E402
 from xrand.compare import make_plan  # noqa: E402
 from xrand.pipelines import graph_cache  # noqa: E402

@@ -13,10 +13,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("diffusers")
-ms = pytest.importorskip("mindspore")
-pytest.importorskip("mindone.diffusers")
 
-from test_pipelines import make_tiny_model  # noqa: E402
+from conftest import make_tiny_model  # noqa: E402
 from xrand.checks import UsageError  # noqa: E402
 from xrand.cli import main  # noqa: E402
 from xrand.compare import compare_loaded, load_pair, make_plan  # noqa: E402
@@ -34,7 +32,7 @@ def tiny_model(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def pair(tiny_model):
+def pair(tiny_model, mindone):
     return load_pair(Settings(model=tiny_model, batch_size=1))
 
 
@@ -212,7 +210,7 @@ def test_bad_layer_options(options, match):
         options.check(4)
 
 
-def test_cli_bad_layers_input_is_one_line_and_exit_2(tiny_model, tmp_path, capsys):
+def test_cli_bad_layers_input_is_one_line_and_exit_2(tiny_model, mindone, tmp_path, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("x")
     cases = [
@@ -270,7 +268,7 @@ def test_compare_with_layers_and_noise_floor_writes_report_and_picture(pair, tin
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
 
-def test_large_timestep_names_mindspores_timestep_embedding(tmp_path, capsys):
+def test_large_timestep_names_mindspores_timestep_embedding(mindone, tmp_path, capsys):
     """A real finding, on the embedded digits model at timestep 500: MindSpore's CPU Exp kernel
     (mint.exp, float32) is off by up to 4e-6 relative where torch's is 3e-7, so mindone's
     sinusoidal embedding differs from torch's by 7.7e-5, about 25x torch's own float32 error
@@ -305,7 +303,7 @@ SD_PROMPT = dict(prompt="a red circle", negative_prompt="blue")
 
 
 @pytest.fixture(scope="module")
-def sd_pair(tmp_path_factory):
+def sd_pair(tmp_path_factory, mindone):
     from xrand.models.tiny_sd import build_tiny_sd
 
     model = str(build_tiny_sd(tmp_path_factory.mktemp("sd") / "model", seed=0))
@@ -365,7 +363,7 @@ def test_a_fault_in_one_stable_diffusion_unet_module_names_exactly_that_module(s
     assert row(report, fault).local_rel_l2 == pytest.approx(1e-3, rel=0.05)
 
 
-def test_every_call_over_its_limit_is_reported_with_the_first_and_the_worst(tmp_path):
+def test_every_call_over_its_limit_is_reported_with_the_first_and_the_worst(mindone, tmp_path):
     """The digits model at timestep 500: time_proj is over its limit by itself (MindSpore's CPU
     Exp, test above); a 1e-3 fault injected at time_embedding is the worst by far, and both are
     named, in the console's lines, the JSON and layers.csv."""

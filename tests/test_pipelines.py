@@ -1,4 +1,7 @@
-"""The DDIM comparison end to end on a tiny model: patching, both pipelines, report, side files."""
+"""The DDIM comparison end to end on a tiny model: patching, both pipelines, report, side files.
+
+Tests of the torch side alone run without MindSpore; those that take the ``mindone`` or ``ms``
+fixture (conftest.py) skip there."""
 import json
 import os
 import subprocess
@@ -11,9 +14,8 @@ import xrand
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("diffusers")
-ms = pytest.importorskip("mindspore")
-pytest.importorskip("mindone.diffusers")
 
+from conftest import make_tiny_model  # noqa: E402
 from xrand.compare import compare_frameworks, compare_sides, make_plan  # noqa: E402
 from xrand.compare.sidefile import load_side, save_side  # noqa: E402
 from xrand.compare.sides import run_side  # noqa: E402
@@ -23,26 +25,13 @@ from xrand.report.compare import write_report  # noqa: E402
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
-def make_tiny_model(path):
-    """A random 1-channel UNet2DModel with an attention block, saved as a DDIMPipeline folder."""
-    from diffusers import DDIMPipeline, DDIMScheduler, UNet2DModel
-
-    torch.manual_seed(0)
-    unet = UNet2DModel(sample_size=8, in_channels=1, out_channels=1, block_out_channels=(16, 32),
-                       layers_per_block=1, down_block_types=("DownBlock2D", "AttnDownBlock2D"),
-                       up_block_types=("AttnUpBlock2D", "UpBlock2D"), norm_num_groups=8)
-    DDIMPipeline(unet=unet, scheduler=DDIMScheduler(num_train_timesteps=1000)).save_pretrained(
-        str(path), safe_serialization=True)
-    return str(path)
-
-
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
     return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
 
 
 @pytest.fixture(scope="module")
-def eta1_comparison(tiny_model):
+def eta1_comparison(tiny_model, mindone):
     settings = Settings(model=tiny_model, steps=4, seed=3, batch_size=2, eta=1.0)
     return compare_frameworks(settings, lockstep=True)
 
@@ -79,7 +68,7 @@ def test_patched_context_and_native_generators_unchanged():
     assert not xrand.is_patched()
 
 
-def test_patched_with_libraries_patches_those_and_puts_back_only_its_own():
+def test_patched_with_libraries_patches_those_and_puts_back_only_its_own(mindone):
     from diffusers.utils import torch_utils
     from mindone.diffusers.utils import mindspore_utils
 
@@ -95,7 +84,7 @@ def test_patched_with_libraries_patches_those_and_puts_back_only_its_own():
         xrand.patch(["torch"])
 
 
-def test_a_mindspore_side_does_not_import_diffusers(tiny_model):
+def test_a_mindspore_side_does_not_import_diffusers(tiny_model, mindone):
     """Its run times MindSpore's pipeline only (diffusers' import took 0.3-0.6 s of it)."""
     code = ("import sys, json; from xrand.pipelines.settings import Settings; "
             "from xrand.compare import make_plan; from xrand.compare.sides import load, run; "
@@ -107,7 +96,7 @@ def test_a_mindspore_side_does_not_import_diffusers(tiny_model):
     assert done.stdout.strip().splitlines()[-1] == "false"
 
 
-def test_mindone_native_numpy_generator_unchanged_when_patched():
+def test_mindone_native_numpy_generator_unchanged_when_patched(ms):
     from mindone.diffusers.utils import mindspore_utils
 
     expected = mindspore_utils.randn_tensor((2, 3), generator=np.random.default_rng(1), dtype=ms.float32)
@@ -147,7 +136,7 @@ def test_eta1_within_tolerance_with_lockstep(eta1_comparison):
     assert c.timesteps == [750, 500, 250, 0]
 
 
-def test_eta0_within_tolerance(tiny_model):
+def test_eta0_within_tolerance(tiny_model, mindone):
     c = compare_frameworks(Settings(model=tiny_model, steps=3, seed=0, batch_size=1, eta=0.0))
     assert c.passed, c.verdict()
     assert c.initial_noise["max_abs"] == 0.0
@@ -157,7 +146,7 @@ def test_eta0_within_tolerance(tiny_model):
 
 
 @pytest.mark.parametrize("mode", ["pynative", "graph"])
-def test_each_mindspore_mode_agrees_and_restores_the_mode(tiny_model, mode):
+def test_each_mindspore_mode_agrees_and_restores_the_mode(tiny_model, mode, ms):
     settings = Settings(model=tiny_model, steps=3, seed=1, batch_size=1, eta=1.0)
     before = ms.get_context("mode")
     c = compare_frameworks(settings, lockstep=True, mindspore_mode=mode)
@@ -185,7 +174,7 @@ def compare_sides_from(c, tolerance):
     return replace(c, tolerance=tolerance)
 
 
-def test_report_and_pictures_are_written_and_valid(eta1_comparison, tmp_path):
+def test_report_and_pictures_are_written_and_valid(eta1_comparison, ms, tmp_path):
     paths = write_report(eta1_comparison, str(tmp_path / "out"))
     report = json.loads(open(paths["report.json"]).read())
     assert report["verdict"] == "pass"
@@ -204,30 +193,33 @@ def test_report_and_pictures_are_written_and_valid(eta1_comparison, tmp_path):
 
 
 # -- side files ------------------------------------------------------------------------------------------
+SIDE = dict(steps=2, seed=5, batch_size=1, eta=0.0)
+
+
+def side(model, framework, **changes):
+    plan = make_plan(Settings(model=model, **dict(SIDE, **changes)), frameworks=(framework,))
+    return run_side(plan, framework, quiet=True)
+
+
 @pytest.fixture(scope="module")
 def side_files(tiny_model, tmp_path_factory):
+    """Torch sides: the settings of SIDE, and seed 6."""
     folder = tmp_path_factory.mktemp("sides")
-    settings = dict(model=tiny_model, steps=2, seed=5, batch_size=1, eta=0.0)
-
-    def side(framework, **changes):
-        plan = make_plan(Settings(**dict(settings, **changes)), frameworks=(framework,))
-        return run_side(plan, framework, quiet=True)
-
-    a = save_side(side("torch"), str(folder / "torch.safetensors"))
-    b = save_side(side("mindspore"), str(folder / "ms.safetensors"))
-    c = save_side(side("torch", seed=6), str(folder / "seed6.safetensors"))
-    return a, b, c
+    a = save_side(side(tiny_model, "torch"), str(folder / "torch.safetensors"))
+    c = save_side(side(tiny_model, "torch", seed=6), str(folder / "seed6.safetensors"))
+    return a, c
 
 
-def test_side_files_compare_like_in_process(side_files):
-    a, b, _ = side_files
+def test_side_files_compare_like_in_process(side_files, tiny_model, mindone, tmp_path):
+    a, _ = side_files
+    b = save_side(side(tiny_model, "mindspore"), str(tmp_path / "ms.safetensors"))
     c = compare_sides(load_side(a), load_side(b))
     assert c.passed and c.initial_noise["max_abs"] == 0.0
     assert c.frameworks == ["torch", "mindspore"]
 
 
 def test_side_files_with_other_settings_are_refused(side_files):
-    a, _, other = side_files
+    a, other = side_files
     with pytest.raises(xrand.UsageError, match="not comparable: seed: 5 vs 6"):
         compare_sides(load_side(a), load_side(other))
 

@@ -13,9 +13,8 @@ from xrand.pipelines.settings import Settings
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("diffusers")
-pytest.importorskip("mindone.diffusers")
 
-from test_pipelines import make_tiny_model  # noqa: E402
+from conftest import make_tiny_model  # noqa: E402
 
 XRAND = os.path.dirname(os.path.abspath(xrand.__file__))
 
@@ -29,7 +28,8 @@ def tiny_model(tmp_path_factory):
     return make_tiny_model(tmp_path_factory.mktemp("plan") / "model")
 
 
-def test_one_compare_reads_model_index_once_and_builds_a_scheduler_per_run(tiny_model, tmp_path, monkeypatch):
+def test_one_compare_reads_model_index_once_and_builds_a_scheduler_per_run(tiny_model, mindone, tmp_path,
+                                                                            monkeypatch):
     """xrand's own reads and constructions (the libraries' from_pretrained reads and builds for itself)."""
     from diffusers.configuration_utils import ConfigMixin as TorchConfigMixin
     from diffusers.schedulers.scheduling_utils import SchedulerMixin as TorchSchedulerMixin

@@ -1,4 +1,7 @@
-"""Any pipeline and scheduler both libraries ship: recipes, scheduler swaps, lockstep, bad input."""
+"""Any pipeline and scheduler both libraries ship: recipes, scheduler swaps, lockstep, bad input.
+
+Tests of the torch side alone run without MindSpore; those that take the ``mindone`` or ``ms``
+fixture (conftest.py), or a pair of sides, skip there."""
 import dataclasses
 import json
 import shutil
@@ -10,10 +13,8 @@ import xrand
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("diffusers")
-ms = pytest.importorskip("mindspore")
-pytest.importorskip("mindone.diffusers")
 
-from test_pipelines import make_tiny_model  # noqa: E402
+from conftest import make_tiny_model  # noqa: E402
 from xrand.compare import compare_loaded, compare_sides, load_pair, make_plan  # noqa: E402
 from xrand.compare.sides import Everything, load, run  # noqa: E402
 from xrand.pipelines import schedulers  # noqa: E402
@@ -28,8 +29,14 @@ def tiny_model(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def tiny_pair(tiny_model):
+def tiny_pair(tiny_model, mindone):
     return load_pair(Settings(model=tiny_model, steps=2, batch_size=1))
+
+
+@pytest.fixture(scope="module")
+def tiny_torch(tiny_model):
+    """The torch side alone (as ``tiny_pair.torch``)."""
+    return load(make_plan(Settings(model=tiny_model, steps=2, batch_size=1), frameworks=["torch"]), "torch")
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +70,7 @@ def euler_a_folder(tiny_model, tmp_path_factory):
     return str(folder)
 
 
-def test_folder_declaring_euler_ancestral_runs_euler_ancestral_not_ddim(euler_a_folder, tmp_path):
+def test_folder_declaring_euler_ancestral_runs_euler_ancestral_not_ddim(euler_a_folder, mindone, tmp_path):
     from xrand.compare import compare_frameworks
     from xrand.report.compare import write_report
 
@@ -144,7 +151,7 @@ def test_the_reference_run_records_each_denoiser_call_and_step_and_lockstep_feed
 
 # -- text to image --------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def sd_pair(tiny_sd):
+def sd_pair(tiny_sd, mindone):
     return load_pair(tiny(tiny_sd, **PROMPT))
 
 
@@ -169,9 +176,11 @@ def test_stable_diffusion_in_graph_mode_gives_pynatives_bits(sd_pair, tiny_sd):
     np.testing.assert_array_equal(graph.images, pynative.images)
 
 
-def test_stable_diffusion_guidance_changes_the_images(sd_pair, tiny_sd):
-    guided = run(sd_pair.torch, plan(tiny_sd, guidance_scale=7.5, **PROMPT))
-    plain = run(sd_pair.torch, plan(tiny_sd, guidance_scale=1.0, **PROMPT))
+def test_stable_diffusion_guidance_changes_the_images(tiny_sd):
+    guided = plan(tiny_sd, guidance_scale=7.5, **PROMPT)
+    sd_torch = load(guided, "torch")
+    plain = run(sd_torch, plan(tiny_sd, guidance_scale=1.0, **PROMPT))
+    guided = run(sd_torch, guided)
     assert np.abs(guided.images - plain.images).max() > 1e-3
 
 
@@ -192,9 +201,9 @@ def test_unknown_scheduler_option_names_it_and_the_accepted_keys(tiny_model):
         plan(tiny_model, scheduler="euler", scheduler_options={"karras": True})
 
 
-def test_a_value_the_scheduler_refuses_is_a_usage_error(tiny_pair, tiny_model):
+def test_a_value_the_scheduler_refuses_is_a_usage_error(tiny_torch, tiny_model):
     with pytest.raises(xrand.UsageError, match="DPMSolverMultistepScheduler refused its config"):
-        run(tiny_pair.torch, plan(tiny_model, scheduler="dpm++-2m", scheduler_options={"algorithm_type": "nope"}))
+        run(tiny_torch, plan(tiny_model, scheduler="dpm++-2m", scheduler_options={"algorithm_type": "nope"}))
 
 
 def test_pndm_with_too_few_steps_says_why(tiny_model):
@@ -238,7 +247,7 @@ def test_scheduler_names_aliases_and_options():
         schedulers.parse_option("karras")
 
 
-def test_every_listed_scheduler_exists_in_both_libraries():
+def test_every_listed_scheduler_exists_in_both_libraries(mindone):
     import diffusers.schedulers as pt_schedulers
     import mindone.diffusers.schedulers as ms_schedulers
 
@@ -249,7 +258,7 @@ def test_every_listed_scheduler_exists_in_both_libraries():
         assert all(schedulers.kind_of(name, options) == kind for name, options in matrix)
 
 
-def test_mindspore_device_target_and_mode_are_restored_after_a_run(tiny_pair, tiny_model):
+def test_mindspore_device_target_and_mode_are_restored_after_a_run(tiny_pair, tiny_model, ms):
     before = (ms.get_context("device_target"), ms.get_context("mode"))
     loaded = dataclasses.replace(tiny_pair.mindspore, device="CPU")
     run(loaded, plan(tiny_model, "graph"))

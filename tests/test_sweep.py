@@ -1,5 +1,7 @@
 """xrand sweep: cells over seeds, the same numbers whatever the workers and engine, resume,
-faults, Ctrl-C, one-line errors. Real torch and MindSpore pipelines, a real local Ray."""
+faults, Ctrl-C, one-line errors. Real torch and MindSpore pipelines, a real local Ray.
+The sweeps themselves need MindSpore (the ``mindone`` fixture, conftest.py): without it they skip
+and the checks of input, results and summaries still run."""
 import json
 import os
 import signal
@@ -18,7 +20,6 @@ from xrand.pipelines.settings import Settings
 from xrand.sweep import ResultsFolder, parse_schedulers, parse_seeds, quantiles, row_label, wilson
 
 pytest.importorskip("torch")
-pytest.importorskip("mindone.diffusers")
 pytest.importorskip("skimage")
 
 SWEEP = ["sweep", "--steps", "2", "--batch-size", "1"]  # the embedded digits model
@@ -64,7 +65,7 @@ def finish(proc):
 
 
 @pytest.fixture(scope="module")
-def sweeps(tmp_path_factory):
+def sweeps(tmp_path_factory, mindone):
     """one: workers=1, local, two schedulers: interrupted with Ctrl-C after its first cell, a half
     line appended, resumed (the longest chain: started first). two: workers=2, local; the worker
     running seed 3 is killed, and so is the one that retries it. ray: workers=2 as Ray actors on one

@@ -79,10 +79,16 @@ class Framework:
 
     name: str = ""
     library: str = ""  # the diffusion library's package, e.g. "diffusers"
+    extras: str = ""  # what pip installs it with
 
     def import_library(self) -> Any:
-        with silenced():
-            return importlib.import_module(self.library)
+        """The diffusion library; a usage error saying what to install where it cannot be imported."""
+        try:
+            with silenced():
+                return importlib.import_module(self.library)
+        except ImportError as exc:
+            raise UsageError(f"{self.library} cannot be imported here ({exc}); the {self.name} side needs "
+                             f"pip install 'xrand[{self.extras}]'") from None
 
     def dtype(self, name: str) -> Any:
         return backend(self.name).dtype(name)
@@ -161,6 +167,7 @@ class Framework:
 class Torch(Framework):
     name = "torch"
     library = "diffusers"
+    extras = "torch,diffusers"
     _dtype_argument = "torch_dtype"
 
     def check_device(self, device):
@@ -208,6 +215,7 @@ class Torch(Framework):
 class MindSpore(Framework):
     name = "mindspore"
     library = "mindone.diffusers"
+    extras = "mindspore,diffusers"
     _dtype_argument = "mindspore_dtype"
 
     def check_device(self, device):

@@ -8,6 +8,7 @@ from dataclasses import replace
 from typing import Any, Callable, Deque, Dict, Iterable, List, Optional
 
 from ..checks import UsageError
+from ..pipelines.frameworks import framework
 from .cells import error_row
 from .config import Cell, SweepConfig, check_engine, check_workers, row_label
 from .engines import LocalEngine, RayEngine, check_ray, connect_check
@@ -32,6 +33,8 @@ def run_sweep(config: SweepConfig, seeds: Iterable[int], schedulers: Iterable[st
         check_ray()
         if ray_address:
             connect_check(ray_address)
+    for name in config.plan.frameworks:  # a library that is missing: one line, before any worker starts
+        framework(name).import_library()
     folder = ResultsFolder(out)
     identity = config.identity()
     folder.check(identity)
