@@ -134,13 +134,25 @@ _STEP_OWN = ("self", "model_output", "timestep", "sample", "generator", "return_
              "prev_timestep", "per_token_timesteps", "pred_original_sample", "use_clipped_model_output")
 
 
-#: ``--scheduler all`` on a flow-matching model.
+#: ``--scheduler all`` on a flow-matching model: every shared scheduler that drives one (a
+#: recipe leaves out those its library pipeline cannot run, Recipe.scheduler_refusal).
 FLOW_MATRIX: Tuple[Tuple[str, Dict[str, Any]], ...] = (
     ("FlowMatchEulerDiscreteScheduler", {}),
     ("FlowMatchHeunDiscreteScheduler", {}),
     ("DPMSolverMultistepScheduler", dict(FLOW_OPTIONS, algorithm_type="dpmsolver++")),
+    ("DPMSolverMultistepScheduler", dict(FLOW_OPTIONS, algorithm_type="sde-dpmsolver++")),
+    ("DPMSolverSinglestepScheduler", dict(FLOW_OPTIONS, algorithm_type="dpmsolver++")),
     ("UniPCMultistepScheduler", dict(FLOW_OPTIONS)),
+    ("DEISMultistepScheduler", dict(FLOW_OPTIONS)),
+    ("SASolverScheduler", dict(FLOW_OPTIONS)),
 )
+
+#: Options whose noise no generator draws (so two sides cannot share it), and why.
+UNSHARED_NOISE: Dict[Tuple[str, str], str] = {
+    # scheduling_flow_match_euler_discrete.py step(): noise = torch.randn_like(sample) (mint.randn_like in mindone)
+    ("FlowMatchEulerDiscreteScheduler", "stochastic_sampling"): "its step draws with randn_like from the "
+    "framework's global RNG, not from the generator, so the two sides cannot share that noise",
+}
 
 MATRICES = {NOISE: MATRIX, FLOW: FLOW_MATRIX}
 
@@ -162,6 +174,15 @@ def kind_of(cls_name: str, config: Mapping[str, Any]) -> Optional[str]:
     if cls_name in NOISE_SCHEDULERS:
         return NOISE if config.get("prediction_type", "epsilon") in ("epsilon", "v_prediction", "sample") else None
     return None
+
+
+def kind_options(cls_name: str, config: Mapping[str, Any], kind: str) -> Dict[str, Any]:
+    """Config options that make ``cls_name`` drive a model of ``kind``: :data:`FLOW_OPTIONS` for a
+    flow-capable solver on a flow-matching model (``dpm++-2m`` or ``unipc`` on SD3, Flux, Wan),
+    unless ``config`` (the folder's) already makes flow sigmas; none otherwise."""
+    if kind == FLOW and cls_name in FLOW_CAPABLE and kind_of(cls_name, config) != FLOW:
+        return dict(FLOW_OPTIONS)
+    return {}
 
 
 def resolve(name: Any) -> Tuple[str, Dict[str, Any]]:
@@ -199,10 +220,10 @@ def check_fits(cls_name: str, config: Mapping[str, Any], kind: str, pipeline: st
                      f"{', '.join(accepted)}")
 
 
-def parse_option(text: Any) -> Tuple[str, Any]:
+def parse_option(text: Any, what: str = "scheduler option", example: str = "use_karras_sigmas=true") -> Tuple[str, Any]:
     """``KEY=VALUE`` -> (key, value), the value parsed as JSON when it parses (``true``, ``1e-3``, ``"x"``)."""
     if not isinstance(text, str) or "=" not in text or not text.partition("=")[0].strip():
-        raise UsageError(f"scheduler option {text!r}: expected KEY=VALUE, e.g. use_karras_sigmas=true")
+        raise UsageError(f"{what} {text!r}: expected KEY=VALUE, e.g. {example}")
     key, _, raw = text.partition("=")
     try:
         value = json.loads(raw)
@@ -211,15 +232,16 @@ def parse_option(text: Any) -> Tuple[str, Any]:
     return key.strip(), value
 
 
-def check_options(options: Any) -> Dict[str, Any]:
+def check_options(options: Any, what: str = "scheduler_options", keys: str = "option names") -> Dict[str, Any]:
+    """A dict of names to JSON values (plain data: settings travel as JSON), as a new dict."""
     if options is None:
         return {}
     if not isinstance(options, Mapping) or not all(isinstance(k, str) and k for k in options):
-        raise UsageTypeError(f"scheduler_options must be a dict of option names to values, got {options!r}")
+        raise UsageTypeError(f"{what} must be a dict of {keys} to values, got {options!r}")
     try:
         json.dumps(dict(options))
     except (TypeError, ValueError):
-        raise UsageTypeError(f"scheduler_options must hold JSON values (numbers, strings, booleans, "
+        raise UsageTypeError(f"{what} must hold JSON values (numbers, strings, booleans, "
                              f"lists), got {options!r}") from None
     return dict(options)
 
@@ -264,6 +286,13 @@ def build(library: Any, cls_name: str, config: Mapping[str, Any]) -> Any:
         return scheduler_class(library, cls_name).from_config(dict(config))
     except (ValueError, NotImplementedError) as exc:  # e.g. algorithm_type='nope' refused by the scheduler
         raise UsageError(f"{cls_name} refused its config: {exc}") from exc
+
+
+def check_shared_noise(cls_name: str, config: Mapping[str, Any]) -> None:
+    """Refuse a config whose scheduler would draw noise outside the generator (:data:`UNSHARED_NOISE`)."""
+    for (name, key), why in UNSHARED_NOISE.items():
+        if name == cls_name and config.get(key):
+            raise UsageError(f"{cls_name} with {key}={json.dumps(config[key])}: {why}; leave {key} off")
 
 
 def check_steps(cls_name: str, config: Mapping[str, Any], steps: int) -> None:
