@@ -1,0 +1,32 @@
+"""Wan 2.1 text to video: a UMT5 text encoder, a WanTransformer3DModel on flow matching over 5-D
+latents (batch, channels, frames, height, width), and the causal 3-D AutoencoderKLWan."""
+from __future__ import annotations
+
+from ...checks import UsageError
+from .. import schedulers
+from .conditional import ConditionalRecipe
+from .stable_diffusion_3 import CHUNK_ON_CPU
+
+
+class WanRecipe(ConditionalRecipe):
+    """Text to video: ``frames`` is the call's ``num_frames`` (4k + 1 for a VAE that compresses
+    time 4x); the output is (batch, frames, height, width, 3). Wan 2.2's two-transformer folders
+    (``transformer_2``) are not taken: lockstep feeds one denoiser."""
+
+    pipeline = "WanPipeline"
+    denoiser = "transformer"
+    denoiser_classes = ("WanTransformer3DModel",)
+    components = ("transformer", "vae", "text_encoder", "tokenizer", "scheduler")
+    scheduler_kind = schedulers.FLOW
+    batch_argument = "num_videos_per_prompt"
+    inputs = ("prompt", "negative_prompt", "guidance_scale", "height", "width", "frames")
+    size_multiple = 16  # pipeline_wan.py check_inputs
+    pynative_only = CHUNK_ON_CPU
+
+    def check(self, settings, folder):
+        super().check(settings, folder)
+        # AutoencoderKLWan compresses time 2x per True in temperal_downsample (its config's spelling)
+        factor = 2 ** sum(bool(d) for d in folder.config("vae").get("temperal_downsample", (False, True, True)))
+        if settings.frames is not None and (settings.frames - 1) % factor:
+            raise UsageError(f"--frames must be {factor}k + 1 for this {self.pipeline} (its VAE compresses time "
+                             f"{factor}x), got {settings.frames}; e.g. {factor * ((settings.frames - 1) // factor) + 1}")
