@@ -253,7 +253,8 @@ def frame_chart(frames: Sequence[Mapping[str, Any]], tolerance: float, floor: Op
 
 def render_compare(report: Mapping[str, Any], pictures: Pictures) -> str:
     """The page of one comparison (``report.json``'s dict); ``pictures``: PNG bytes by file name
-    (``comparison.png``, ``divergence.png``, ``layers.png``)."""
+    (``comparison.png``, ``divergence.png``, ``frames.png``, ``layers.png``). A video's error per
+    frame is frames.png, or a chart drawn from the JSON when the page has no such picture."""
     layers = report.get("layers")
     frames = report["final"].get("per_frame")
     floor = (report.get("noise_floor") or {}).get("rel_l2")
@@ -321,7 +322,7 @@ def write_compare_page(out_dir: str) -> Dict[str, str]:
     if report.get("layers"):
         paths["layers.csv"] = os.path.join(out_dir, "layers.csv")
         write_layers_csv(paths["layers.csv"], report["layers"])
-    pictures = {n: _read(out_dir, n) for n in ("comparison.png", "divergence.png", "layers.png")}
+    pictures = {n: _read(out_dir, n) for n in ("comparison.png", "divergence.png", "frames.png", "layers.png")}
     write_html(paths["report.html"], render_compare(report, pictures))
     return paths
 
