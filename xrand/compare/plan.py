@@ -165,11 +165,14 @@ def _scheduler_plan(settings: Settings, folder: ModelFolder, recipe: Recipe, lib
     cls = schedulers.scheduler_class(library, cls_name)
     config_options, step_options = schedulers.split_options(cls, settings.scheduler_options)
     config = {**base, **schedulers.kind_options(cls_name, base, recipe.scheduler_kind), **config_options}
-    schedulers.check_fits(cls_name, config, recipe.scheduler_kind, recipe.pipeline)
+    def accepted() -> List[str]:
+        return fitting_schedulers(recipe, base, library)
+
+    schedulers.check_fits(cls_name, config, recipe.scheduler_kind, recipe.pipeline, accepted)
     refusal = recipe.scheduler_refusal(cls, config)
     if refusal:
         raise UsageError(f"scheduler {cls_name} cannot drive {recipe.pipeline}: {refusal}; accepted: "
-                         f"{', '.join(fitting_schedulers(recipe, base, library))}")
+                         f"{', '.join(accepted())}")
     schedulers.check_shared_noise(cls_name, config)
     schedulers.check_steps(cls_name, config, settings.steps)
     return SchedulerPlan(cls=cls_name, config=config, options=dict(settings.scheduler_options),

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import inspect
 import json
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from ..checks import UsageError, UsageTypeError
 
@@ -200,13 +200,15 @@ def resolve(name: Any) -> Tuple[str, Dict[str, Any]]:
                      f"(any case, 'Scheduler' optional), 'all', or an alias: {', '.join(ALIASES)}")
 
 
-def check_fits(cls_name: str, config: Mapping[str, Any], kind: str, pipeline: str) -> None:
-    """Refuse, before any work, a scheduler that cannot drive ``pipeline``'s denoiser (of ``kind``)."""
+def check_fits(cls_name: str, config: Mapping[str, Any], kind: str, pipeline: str,
+               accepted: Optional[Callable[[], List[str]]] = None) -> None:
+    """Refuse, before any work, a scheduler that cannot drive ``pipeline``'s denoiser (of ``kind``);
+    ``accepted``: the schedulers to name instead (default: every one of the kind)."""
     found = kind_of(cls_name, config)
     if found == kind:
         return
-    accepted = [name for name in NOISE_SCHEDULERS + FLOW_SCHEDULERS
-                if kind_of(name, {}) == kind or (kind == FLOW and name in FLOW_CAPABLE)]
+    accepted = accepted() if accepted else [name for name in NOISE_SCHEDULERS + FLOW_SCHEDULERS
+                                            if kind_of(name, {}) == kind or (kind == FLOW and name in FLOW_CAPABLE)]
     if cls_name in UNFIT:
         why = UNFIT[cls_name]
     elif cls_name in FLOW_CAPABLE and kind == FLOW:

@@ -70,7 +70,8 @@ class Recipe:
                 raise UsageError(f"{self.pipeline} takes no {name} ({flag(name)} {value!r}); its inputs: {accepted}")
         for name in self.required_inputs:
             if getattr(settings, name) is None:
-                raise UsageError(f"{self.pipeline} needs a {name}: give it {flag(name)} "
+                article = "an" if name[0] in "aeiou" else "a"
+                raise UsageError(f"{self.pipeline} needs {article} {name}: give it {flag(name)} "
                                  f"(Settings({name}=...))")
         multiple = self.size_multiple_of(folder)
         for name in ("height", "width"):
