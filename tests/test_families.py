@@ -57,8 +57,17 @@ FAMILIES = {
     "sd-inpaint": ("sd-inpaint", None, dict(steps=4, strength=0.5, height=32, width=32), ("image", "mask"), "graph",
                    None),
     "sdxl": ("sdxl", None, dict(height=32, width=32), (), "graph", None),
+    "sdxl-img2img": ("sdxl", "StableDiffusionXLImg2ImgPipeline", dict(steps=4, strength=0.5), ("image",), "graph",
+                     None),
+    "sdxl-inpaint": ("sdxl", "StableDiffusionXLInpaintPipeline", dict(steps=4, strength=0.5, height=32, width=32),
+                     ("image", "mask"), "graph", None),
     "sd3": ("sd3", None, TINY_TEXT, (), "pynative", CHUNK),
     "flux": ("flux", None, TINY_TEXT, (), "pynative", CHUNK),
+    "flux-img2img": ("flux", "FluxImg2ImgPipeline", dict(TINY_TEXT, steps=4, strength=0.5), ("image",), "pynative",
+                     CHUNK),
+    # Kontext would resize its input to a preferred resolution and its output to max_area (1024x1024)
+    "flux-kontext": ("flux", "FluxKontextPipeline", dict(TINY_TEXT, call_options={
+        "max_sequence_length": 32, "_auto_resize": False, "max_area": 32 * 32}), ("image",), "pynative", CHUNK),
     "pixart": ("pixart", None, dict(TINY_TEXT, call_options={"max_sequence_length": 32,
                                                              "use_resolution_binning": False}),
                (), "pynative", "Tensor.repeat_interleave"),
@@ -125,7 +134,7 @@ def test_wan_video_per_frame_and_mindones_unscaled_vae_attention(pairs, folders,
     (mindone/diffusers/models/autoencoders/autoencoder_kl_wan.py, AttentionBlock) where diffusers
     scales by 1/sqrt(channels): the latents agree, the decoded video does not; scaled as
     diffusers scales, it does."""
-    from xrand import mindspore_cpu
+    from test_tiny_families import scale_wan_vae_attention_as_diffusers
     from xrand.report.compare import write_report
 
     plan = make_plan(settings(folders, files, "wan"), lockstep=True)
@@ -143,15 +152,7 @@ def test_wan_video_per_frame_and_mindones_unscaled_vae_attention(pairs, folders,
     assert [f["rel_l2"] for f in report["final"]["per_frame"]] == [f["rel_l2"] for f in frames]
     assert "frames.png" in paths and 'alt="error per frame of the video"' in open(paths["report.html"]).read()
 
-    flash = mindspore_cpu.ops._FlashAttentionScore
-    unscaled = flash.__call__
-
-    def scaled_as_diffusers(self, query, key, value, *args):
-        if self.scale_value == 1.0:
-            self.scale_value = query.shape[-1] ** -0.5
-        return unscaled(self, query, key, value, *args)
-
-    monkeypatch.setattr(flash, "__call__", scaled_as_diffusers)
+    scale_wan_vae_attention_as_diffusers(monkeypatch)
     assert compare_loaded(pairs("wan"), plan.cell(seed=1)).passed
 
 
@@ -320,3 +321,36 @@ def test_recipes_name_keywords_both_libraries_take():
         wanted = {recipe.call_names.get(n, n) for n in recipe.inputs} | {recipe.batch_argument, "num_inference_steps"}
         assert wanted <= calls[0], (name, wanted - calls[0])
         assert recipe.takes_eta == ("eta" in calls[0]), name
+
+
+def test_the_coverage_page_names_a_real_test_for_every_recipe():
+    """docs/pipelines.md (scripts/pipeline_coverage.py) says "compared" for every registered recipe,
+    with a test that exists."""
+    import importlib.util
+    import pathlib
+    import re
+
+    from xrand.pipelines.recipes import RECIPES
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("pipeline_coverage", root / "scripts" / "pipeline_coverage.py")
+    coverage = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(coverage)
+    page = (root / "docs" / "pipelines.md").read_text()
+    assert set(coverage.TESTS) == set(RECIPES)
+    for pipeline, test in coverage.TESTS.items():
+        path, _, name = test.partition("::")
+        function, _, case = name.partition("[")
+        source = (root / path).read_text()
+        assert f"def {function}(" in source, test
+        assert not case or f'"{case.rstrip("]")}"' in source, test
+        assert re.search(rf"^\| {pipeline} \| yes \| `{re.escape(test)}` \|$", page, re.M), pipeline
+
+
+def test_python_m_xrand_models_writes_a_tiny_folder(tmp_path, capsys):
+    from xrand.models.__main__ import main as models_main
+
+    assert models_main(["pixart", str(tmp_path / "p")]) == 0
+    assert "PixArtSigmaPipeline" in capsys.readouterr().out and (tmp_path / "p" / "model_index.json").exists()
+    assert models_main(["pixart", str(tmp_path / "p")]) == 2
+    assert capsys.readouterr().err.count("\n") == 1

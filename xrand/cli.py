@@ -345,11 +345,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_settings(p)
     p.add_argument("--tolerance", type=float, help="relative L2 limit for PASS (default 5e-3 fp32, 5e-2 fp16)")
     p.add_argument("--out", help="output folder (default: xrand-compare-DATE-TIME)")
-    p.add_argument("--lockstep", action="store_true", help="also feed both UNets the same input at each step")
+    p.add_argument("--lockstep", action="store_true", help="also feed both denoisers the same input at each step")
     p.add_argument("--no-noise-floor", action="store_true",
                    help="skip measuring torch's own floor (the torch pipeline again in float64)")
     p.add_argument("--layers", action="store_true",
-                   help="compare every UNet submodule at one step and name the first that parts them")
+                   help="compare every submodule of the denoiser at one step and name the first that parts them")
     p.add_argument("--layers-step", type=int, metavar="K", help="the step --layers looks at (default 0)")
     p.add_argument("--layer-tolerance", type=float, metavar="X",
                    help="local relative L2 limit per module (default: 10x torch's measured float64 floor)")

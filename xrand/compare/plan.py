@@ -73,6 +73,10 @@ class Plan:
     def pipeline(self) -> str:
         return self.recipe.pipeline
 
+    def call_arguments(self, generator: Any) -> Dict[str, Any]:
+        """The library pipeline's call for one run: the recipe's arguments and the call options."""
+        return {**self.recipe.call_arguments(self.settings, generator), **self.settings.call_options}
+
     def graph_identity(self) -> Dict[str, Any]:
         """What a MindSpore graph compiled for this plan depends on (the graph cache's key, with
         the versions): the folder's configs, the pipeline, the scheduler, every setting but the

@@ -125,8 +125,7 @@ def run(loaded: Loaded, plan: Plan, *, generator: Optional[CountingGenerator] = 
     with patched(fw.library), fw.running(loaded.device, plan.mindspore_mode, plan.graph_identity()) as state, \
             boundary.attached(recipe.denoiser_of(pipe), pipe.scheduler):
         if library_pipeline:
-            arguments = {**recipe.call_arguments(settings, generator), **settings.call_options}
-            images = pipe(**arguments, return_dict=False)[0]
+            images = pipe(**plan.call_arguments(generator), return_dict=False)[0]
         else:
             images = denoising_loop(fw, pipe, recipe, settings, plan.folder, generator)
     seconds = time.perf_counter() - start

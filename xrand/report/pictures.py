@@ -48,7 +48,7 @@ def plot_comparison(c: Any, path: str, max_items: int = 8) -> None:
 def plot_frames(c: Any, path: str) -> None:
     """A video's relative L2 and max |diff| per frame (``final["per_frame"]``) against the
     tolerance; exact agreement on a band of its own."""
-    from .plots import ExactBand, legend_outside
+    from .plots import ExactBand
 
     plt = pyplot()
     per_frame = c.final["per_frame"]
@@ -62,22 +62,15 @@ def plot_frames(c: Any, path: str) -> None:
         ax.plot(frames, band(values), style, ms=4, label=label)
     ax.axhline(band([c.tolerance])[0], color="tab:red", lw=1, ls="--",
                label=f"tolerance {c.tolerance:g} (relative L2 of the whole video)")
-    band.finish(ax)
-    if len(frames) <= 40:
-        ax.set_xticks(frames)
-    ax.set_xlabel("frame")
-    ax.set_ylabel("difference")
-    ax.set_title(f"{c.frameworks[0]} vs {c.frameworks[1]}: error per frame of the final video")
-    legend_outside(ax, fontsize=8)
-    fig.savefig(path, format="png", dpi=100)
-    plt.close(fig)
+    _finish_errors(fig, ax, band, frames, 40, "frame",
+                   f"{c.frameworks[0]} vs {c.frameworks[1]}: error per frame of the final video", path)
 
 
 def plot_divergence(c: Any, path: str) -> None:
     """Relative L2 and max |diff| per step, free running (global) and lockstep (local), against the
     tolerance and, when it was measured, torch's own float32-vs-float64 floor (the one the verdict
     names); exact agreement on a band of its own; the legend beside the plot, off the data."""
-    from .plots import ExactBand, legend_outside
+    from .plots import ExactBand
 
     plt = pyplot()
     steps = np.arange(1, len(c.global_steps) + 1)
@@ -85,7 +78,7 @@ def plot_divergence(c: Any, path: str) -> None:
               ("global: max |diff|", [r["max_abs"] for r in c.global_steps], "o--")]
     if c.local_steps:
         series += [("local: relative L2 of one step (lockstep)", [r["sample"]["rel_l2"] for r in c.local_steps], "s-"),
-                   ("local: relative L2 of the UNet output", [r["model_output"]["rel_l2"] for r in c.local_steps],
+                   ("local: relative L2 of the denoiser's output", [r["model_output"]["rel_l2"] for r in c.local_steps],
                     "^:")]
     floor = c.noise_floor["rel_l2"] if c.noise_floor is not None else None
     band = ExactBand([v for _, values, _ in series for v in values] + [c.tolerance, floor, c.final["rel_l2"]])
@@ -99,15 +92,24 @@ def plot_divergence(c: Any, path: str) -> None:
     if floor is not None:
         ax.axhline(band([floor])[0], color="0.35", lw=1, ls="-.",
                    label=f"noise floor {floor:.3g}: torch {c.settings.dtype} vs float64, final images")
+    _finish_errors(fig, ax, band, steps, 30, "denoising step", f"{c.frameworks[0]} vs {c.frameworks[1]}: error per step",
+                   path)
+
+
+def _finish_errors(fig: Any, ax: Any, band: Any, xs: Any, max_ticks: int, xlabel: str, title: str, path: str) -> None:
+    """The end of an error plot: the exact band, a tick per point when they are few, labels, the
+    legend beside the plot, the file."""
+    from .plots import legend_outside
+
     band.finish(ax)
-    if len(steps) <= 30:
-        ax.set_xticks(steps)
-    ax.set_xlabel("denoising step")
+    if len(xs) <= max_ticks:
+        ax.set_xticks(xs)
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("difference")
-    ax.set_title(f"{c.frameworks[0]} vs {c.frameworks[1]}: error per step")
+    ax.set_title(title)
     legend_outside(ax, fontsize=8)
     fig.savefig(path, format="png", dpi=100)
-    plt.close(fig)
+    pyplot().close(fig)
 
 
 def plot_layers(layers: Any, path: str) -> None:
