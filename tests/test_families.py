@@ -137,9 +137,10 @@ def test_wan_video_per_frame_and_mindones_unscaled_vae_attention(pairs, folders,
     from test_tiny_families import scale_wan_vae_attention_as_diffusers
     from xrand.report.compare import write_report
 
-    plan = make_plan(settings(folders, files, "wan"), lockstep=True)
+    plan = make_plan(settings(folders, files, "wan", steps=3), lockstep=True, noise_floor=True)
     c = compare_loaded(pairs("wan"), plan)
     assert c.images["a"].shape == (1, 5, 32, 32, 3)
+    assert c.noise_floor["rel_l2"] < 1e-5  # torch in float64 through UniPC's third-order linalg.solve
     assert not c.passed and c.final["rel_l2"] > 1e-2, c.verdict()
     assert c.global_steps[-1]["rel_l2"] < 1e-3  # the last latents
     assert all(r["sample"]["rel_l2"] < 1e-3 for r in c.local_steps)
