@@ -2,7 +2,7 @@
 
     python benchmarks/bench_families.py [--repeats 3]
 
-Models: xrand.models' tiny random-weight folders (32x32 images, Wan 5 frames of 32x32, T5 prompts
+Models: xrand.models' tiny random-weight folders (32x32 images, Wan 5 and LTX 9 frames of 32x32, T5 prompts
 of 32 tokens), built in a temporary folder; the settings are those of the README's commands
 (batch 1, the pipelines' own guidance, image-to-image and inpainting at strength 0.5). One fresh
 process loads every family with ``xrand.compare.sides.load`` (as ``xrand compare`` does) and
@@ -36,6 +36,7 @@ FAMILIES = {
     "PixArt-Sigma": ("pixart", None, dict(TEXT, call_options={"max_sequence_length": 32,
                                                               "use_resolution_binning": False})),
     "Wan (5 frames)": ("wan", None, dict(TEXT, frames=5)),
+    "LTX-Video (9 frames)": ("ltx", None, dict(TEXT, frames=9)),
 }
 
 
@@ -82,7 +83,7 @@ def child(root: str, repeats: int) -> dict:
     return {"families": out, "torch_threads": torch.get_num_threads()}
 
 
-def run(repeats: int = 3) -> Section:
+def run(repeats: int = 5) -> Section:
     section = Section(
         title="9. Pipeline families on torch and on MindSpore (CPU), seconds per step",
         method=(f"{__doc__.split(chr(10) + chr(10))[2].strip()} {STEPS} denoising steps per call, seconds per "

@@ -12,7 +12,7 @@ Figures (one file each, also runnable alone):
   7 bench_layers.py        compare --layers against one lockstep step of the same model
   8 bench_sweep.py         xrand sweep cells per minute, 1 and 2 local workers, Ray's overhead
   9 bench_families.py      seconds per step of each pipeline family (SD img2img/inpaint, SDXL, SD3, Flux,
-                           Flux Kontext, PixArt-Sigma, Wan), torch vs MindSpore
+                           Flux Kontext, PixArt-Sigma, Wan, LTX), torch vs MindSpore
 
 About 5 minutes on 2 cores. Timings interleave the compared calls; each figure records how
 much CPU other processes took meanwhile, so a shared machine shows in the results. With

@@ -42,6 +42,18 @@ TESTS: Dict[str, str] = {
                            "[flux-kontext]",
     "PixArtSigmaPipeline": "tests/test_families.py::test_each_family_agrees_end_to_end_and_in_lockstep[pixart]",
     "WanPipeline": "tests/test_families.py::test_wan_video_per_frame_and_mindones_unscaled_vae_attention",
+    "LTXPipeline": "tests/test_families.py::test_each_family_agrees_end_to_end_and_in_lockstep[ltx]",
+}
+
+#: Why a pipeline the families issue named is not compared yet, beyond "no recipe yet".
+NOT_YET: Dict[str, str] = {
+    "SanaPipeline": "not reached: its tiny folder needs a Gemma-2 text encoder with a Gemma tokenizer built "
+                    "offline and a DC-AE autoencoder, and MindSpore's CPU gaps for them are unmeasured",
+    "CogVideoXPipeline": "not reached: its own samplers (CogVideoXDDIMScheduler, CogVideoXDPMScheduler: "
+                         "v-prediction with an SNR shift, step() taking the previous timestep) are neither of "
+                         "xrand's scheduler kinds (xrand.pipelines.schedulers.UNFIT)",
+    "QwenImagePipeline": "not reached: its tiny folder needs a Qwen2.5-VL text encoder and its tokenizer built "
+                         "offline, and MindSpore's CPU gaps for them are unmeasured",
 }
 
 #: Keywords of a pipeline's call that every recipe handles alike (xrand sets them, or they carry
@@ -135,7 +147,7 @@ def markdown() -> str:
             lines.append(f"| {name} | not yet | {missing} |")
             continue
         denoiser, extra = describe(name)
-        why = "recipe, not yet tested" if name in RECIPES else "no recipe yet"
+        why = "recipe, not yet tested" if name in RECIPES else NOT_YET.get(name, "no recipe yet")
         why += f"; denoiser {denoiser}" if denoiser else "; no denoiser component"
         if extra:
             why += f"; its call's keywords beyond xrand's settings: {extra}"

@@ -34,7 +34,7 @@ CHUNK = "Tensor.chunk"  # why the flow transformers run PyNative (recipes/stable
 def folders(tmp_path_factory):
     root = tmp_path_factory.mktemp("families")
     return {name: str(build_tiny(name, root / name)) for name in ("sd", "sd-inpaint", "sdxl", "sd3", "flux", "pixart",
-                                                                    "wan")}
+                                                                    "wan", "ltx")}
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +72,7 @@ FAMILIES = {
                                                              "use_resolution_binning": False}),
                (), "pynative", "Tensor.repeat_interleave"),
     "wan": ("wan", None, dict(TINY_TEXT, frames=5), (), "pynative", CHUNK),
+    "ltx": ("ltx", None, dict(TINY_TEXT, frames=9), (), "pynative", "PowScalarTensor"),
 }
 
 
@@ -114,7 +115,8 @@ def test_each_family_agrees_end_to_end_and_in_lockstep(pairs, folders, files, fa
     c = compare_loaded(pairs(family), plan)
     assert c.passed and c.final["rel_l2"] < 1e-4, c.verdict()
     assert c.ran["a"]["pipeline"] == c.ran["b"]["pipeline"] == plan.pipeline  # the library's own pipeline
-    assert c.images["a"].shape == (1, 32, 32, 3) and len(c.local_steps) == len(c.timesteps) >= 2
+    frames = (plan.settings.frames,) if plan.settings.frames else ()  # a video: (batch, frames, H, W, C)
+    assert c.images["a"].shape == (1, *frames, 32, 32, 3) and len(c.local_steps) == len(c.timesteps) >= 2
     assert all(r["sample"]["rel_l2"] < 1e-4 for r in c.local_steps), c.local_steps
     other = compare_loaded(pairs(family), plan.cell(seed=2))  # the check can fail: another seed is far
     assert np.linalg.norm(other.images["a"] - c.images["a"]) / np.linalg.norm(c.images["a"]) > 5e-3
@@ -177,6 +179,7 @@ class Recorder(CountingGenerator):
     ("sd-inpaint", None, [(1, 4, 16, 16)] * 3),  # the image's VAE sample, the noise, the masked image's sample
     ("flux", None, [(1, 16, 16, 16)]),  # drawn 4-D, then packed 2x2 into tokens
     ("wan", None, [(1, 16, 2, 4, 4)]),  # 5-D: (batch, channels, frames, height, width)
+    ("ltx", None, [(1, 8, 3, 8, 8)]),  # 5-D, then packed into tokens
     ("sd3", "dpm++-2m-sde", [(1, 16, 16, 16)] * 3),  # the latents, then each step's noise (SD3 passes step no generator)
 ])
 def test_every_draw_comes_from_the_xrand_generator_on_both_sides(pairs, folders, files, family, scheduler, shapes):
@@ -355,3 +358,19 @@ def test_python_m_xrand_models_writes_a_tiny_folder(tmp_path, capsys):
     assert "PixArtSigmaPipeline" in capsys.readouterr().out and (tmp_path / "p" / "model_index.json").exists()
     assert models_main(["pixart", str(tmp_path / "p")]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_the_command_on_a_report_page_gives_the_same_family_settings(files):
+    """report.html's command (report.html.compare_command) carries every family input back."""
+    import dataclasses
+    import shlex
+
+    from xrand.cli import _settings, build_parser
+    from xrand.report.html import compare_command
+
+    given = Settings(model="tiny-sdxl", pipeline="StableDiffusionXLInpaintPipeline", prompt=PROMPT, prompt_2="a cat",
+                     negative_prompt_2="a dog", image=files["image"], mask=files["mask"], strength=0.5, steps=4,
+                     batch_size=1, call_options={"aesthetic_score": 5.5, "clip_skip": 1})
+    report = {"settings": dataclasses.asdict(given), "tolerance": {"value": 5e-3}, "steps": [], "environment": {}}
+    args = build_parser().parse_args(shlex.split(compare_command(report))[1:])
+    assert _settings(args) == given

@@ -126,6 +126,12 @@ def _zeros_like(input, *, dtype=None):
     return ops.zeros(input.shape, input.dtype if dtype is None else dtype)
 
 
+def _ones_like(input, *, dtype=None):
+    """mint.ones_like (kernel OnesLikeExt; LTX's rotary embedding pads with it): ops.ones (Ones)
+    of the input's shape and dtype."""
+    return ops.ones(input.shape, input.dtype if dtype is None else dtype)
+
+
 def _fill_dtype(fill_value, dtype):
     if dtype is not None:
         return dtype
@@ -487,6 +493,7 @@ def targets() -> list[tuple[object, str, object]]:
         (mint, "stack", _stack),
         (mint, "linspace", _linspace),
         (mint, "zeros_like", _zeros_like),
+        (mint, "ones_like", _ones_like),  # LTX
         (mint, "full", _full),
         (mint, "log", _log),
         # Stable Diffusion (CLIP text encoder, transformer blocks)

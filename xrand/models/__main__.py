@@ -1,6 +1,6 @@
 """``python -m xrand.models NAME FOLDER [--seed N]``: write one tiny random-weight family folder.
 
-NAME is a key of :data:`xrand.models.TINY_MODELS` (sd, sd-inpaint, sdxl, sd3, flux, pixart, wan).
+NAME is a key of :data:`xrand.models.TINY_MODELS` (sd, sd-inpaint, sdxl, sd3, flux, pixart, wan, ltx).
 Prints the folder, the pipeline classes that load it and the arguments a tiny run needs.
 Exit status 2 with one line for bad input, as the ``xrand`` command.
 """

@@ -123,10 +123,18 @@ def _settings_args(s: Mapping[str, Any], scheduler: bool = True) -> List[str]:
         args += ["--prompt", s["prompt"]]
         if s.get("negative_prompt") is not None:
             args += ["--negative-prompt", s["negative_prompt"]]
-        args += ["--guidance-scale", fmt(s.get("guidance_scale", 7.5), "g")]
+    if s.get("guidance_scale") is not None:
+        args += ["--guidance-scale", fmt(s["guidance_scale"], "g")]
     for key in ("height", "width"):
         if s.get(key) is not None:
             args += [f"--{key}", str(s[key])]
+    for key in ("prompt_2", "negative_prompt_2", "prompt_3", "negative_prompt_3", "image", "mask", "frames"):
+        if s.get(key) is not None:
+            args += ["--" + key.replace("_", "-"), str(s[key])]
+    if s.get("strength") is not None:
+        args += ["--strength", fmt(s["strength"], "g")]
+    for key, value in sorted((s.get("call_options") or {}).items()):
+        args += ["--call-option", f"{key}={json.dumps(value)}"]
     return args
 
 

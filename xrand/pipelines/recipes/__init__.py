@@ -11,6 +11,7 @@ from typing import Dict, Tuple
 from ...checks import UsageError, UsageTypeError
 from .base import Recipe, flag
 from .flux import FluxImg2ImgRecipe, FluxKontextRecipe, FluxRecipe
+from .ltx import LTXRecipe
 from .pixart import PixArtSigmaRecipe
 from .stable_diffusion import StableDiffusionImg2ImgRecipe, StableDiffusionInpaintRecipe, StableDiffusionRecipe
 from .stable_diffusion_3 import StableDiffusion3Recipe
@@ -33,7 +34,7 @@ def register_recipe(recipe: Recipe) -> Recipe:
 for _recipe in (DDIMRecipe(), DDPMRecipe(), StableDiffusionRecipe(), StableDiffusionImg2ImgRecipe(),
                 StableDiffusionInpaintRecipe(), StableDiffusionXLRecipe(), StableDiffusionXLImg2ImgRecipe(),
                 StableDiffusionXLInpaintRecipe(), StableDiffusion3Recipe(), FluxRecipe(), FluxImg2ImgRecipe(),
-                FluxKontextRecipe(), PixArtSigmaRecipe(), WanRecipe()):
+                FluxKontextRecipe(), PixArtSigmaRecipe(), WanRecipe(), LTXRecipe()):
     register_recipe(_recipe)
 
 

@@ -4,6 +4,12 @@ from __future__ import annotations
 
 from .conditional import ConditionalRecipe
 
+#: Why MindSpore cannot compile PixArt's transformer here: mindone calls Tensor.repeat_interleave
+#: (its attention mask), which graph mode compiles to the RepeatInterleaveInt primitive
+#: (xrand.mindspore_cpu: Tensor-method stand-ins act in PyNative only).
+REPEAT_INTERLEAVE_ON_CPU = ("MindSpore 2.10 compiles Tensor.repeat_interleave in mindone's transformer to the "
+                            "RepeatInterleaveInt primitive, which has no CPU kernel")
+
 
 class PixArtSigmaRecipe(ConditionalRecipe):
     """Text to image. Resolution binning (on by default) snaps the size to PixArt's aspect-ratio
@@ -16,7 +22,4 @@ class PixArtSigmaRecipe(ConditionalRecipe):
     components = ("transformer", "vae", "text_encoder", "tokenizer", "scheduler")
     inputs = ("prompt", "negative_prompt", "guidance_scale", "height", "width")
     takes_eta = True
-    # mindone's PixArt blocks call Tensor.repeat_interleave, which graph mode compiles to the
-    # RepeatInterleaveInt primitive (xrand.mindspore_cpu: Tensor-method stand-ins act in PyNative only)
-    pynative_only = ("MindSpore 2.10 compiles Tensor.repeat_interleave in mindone's PixArt transformer to the "
-                     "RepeatInterleaveInt primitive, which has no CPU kernel")
+    pynative_only = REPEAT_INTERLEAVE_ON_CPU
