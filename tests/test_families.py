@@ -180,7 +180,7 @@ class Recorder(CountingGenerator):
     ("flux", None, [(1, 16, 16, 16)]),  # drawn 4-D, then packed 2x2 into tokens
     ("wan", None, [(1, 16, 2, 4, 4)]),  # 5-D: (batch, channels, frames, height, width)
     ("ltx", None, [(1, 8, 3, 8, 8)]),  # 5-D, then packed into tokens
-    ("sd3", "dpm++-2m-sde", [(1, 16, 16, 16)] * 3),  # the latents, then each step's noise (SD3 passes step no generator)
+    ("sd3", "dpm++-2m-sde", [(1, 16, 16, 16)] * 3),  # the latents, each step's noise (SD3 passes step() none)
 ])
 def test_every_draw_comes_from_the_xrand_generator_on_both_sides(pairs, folders, files, family, scheduler, shapes):
     plan = make_plan(settings(folders, files, family, scheduler=scheduler), mindspore_mode="pynative")
@@ -206,7 +206,8 @@ def test_scheduler_all_on_a_flow_model_runs_every_flow_scheduler_its_pipeline_ta
     assert ran == {("FlowMatchEulerDiscreteScheduler", None), ("DPMSolverMultistepScheduler", "dpmsolver++"),
                    ("DPMSolverMultistepScheduler", "sde-dpmsolver++"), ("DPMSolverSinglestepScheduler", "dpmsolver++"),
                    ("UniPCMultistepScheduler", None), ("DEISMultistepScheduler", None)}
-    assert all(r["verdict"] == "pass" and r["ran"]["a"]["scheduler_config"]["use_dynamic_shifting"] for r in matrix["rows"])
+    assert all(r["verdict"] == "pass" and r["ran"]["a"]["scheduler_config"]["use_dynamic_shifting"]
+               for r in matrix["rows"])
     # FluxPipeline hands set_timesteps its own sigmas and mu: schedulers that take neither are left out, saying so
     assert set(matrix["left_out"]) == {"FlowMatchHeunDiscrete",
                                        'SASolver prediction_type="flow_prediction" use_flow_sigmas=true'}

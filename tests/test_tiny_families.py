@@ -126,8 +126,18 @@ def test_both_libraries_load_every_component_with_the_same_parameter_count(pipel
         # the saved tensors, tied ones (T5's embeddings) once: SD3's position embedding is a saved
         # buffer in diffusers, a Parameter in mindone
         count = sum({t.data_ptr(): t.numel() for t in module.state_dict().values()}.values())
-        assert sum(p.size for p in ms_module.get_parameters()) == count, component
+        extra = {p.name: p for p in ms_module.get_parameters() if p.name in MINDONE_ONLY.get((name, component), ())}
+        assert sum(p.size for p in ms_module.get_parameters()) - sum(p.size for p in extra.values()) == count, \
+            component
+        for parameter_name, value in MINDONE_ONLY.get((name, component), {}).items():  # as diffusers computes
+            np.testing.assert_array_equal(extra[parameter_name].asnumpy(), value)
     assert DENOISERS & set(pt.components)
+
+
+#: Parameters mindone has and diffusers does not (left at their initial values, which compute
+#: what diffusers does): LTX's final LayerNorm has an affine in mindone 0.5.0
+#: (models/transformers/transformer_ltx.py, norm_out), none in diffusers 0.35.2.
+MINDONE_ONLY = {("ltx", "transformer"): {"norm_out.weight": 1.0, "norm_out.bias": 0.0}}
 
 
 # ---------------------------------------------------------------- both libraries, one seed

@@ -5,9 +5,9 @@ whether it fits the pipeline (components, denoiser class), the pipeline's inputs
 read once and known by their content's digest; call options against the library pipeline's
 call), the scheduler (its name, whether it fits the recipe's kind and the library pipeline, its
 options against the class, the step count), devices, MindSpore's mode (PyNative where the
-recipe's denoiser cannot compile for a CPU, and why), the tolerance, the layer options. Every stage (both sides,
-lockstep, the noise floor, layers, a matrix row, a sweep cell) reads the plan and re-derives
-nothing. The folder is read once (:func:`.folder.read_folder`).
+recipe's denoiser cannot compile for a CPU, and why), the tolerance, the layer options. Every
+stage (both sides, lockstep, the noise floor, layers, a matrix row, a sweep cell) reads the
+plan and re-derives nothing. The folder is read once (:func:`.folder.read_folder`).
 
     plan = make_plan(Settings(model="folder", scheduler="euler-a"), lockstep=True)
     comparison = compare_frameworks(plan)
@@ -168,7 +168,8 @@ def _scheduler_plan(settings: Settings, folder: ModelFolder, recipe: Recipe, lib
                          "choose a scheduler with --scheduler")
     cls = schedulers.scheduler_class(library, cls_name)
     config_options, step_options = schedulers.split_options(cls, settings.scheduler_options)
-    config = {**base, **schedulers.kind_options(cls_name, base, recipe.scheduler_kind), **config_options}
+    config = schedulers.config_for(cls_name, base, recipe.scheduler_kind, config_options)
+
     def accepted() -> List[str]:
         return fitting_schedulers(recipe, base, library)
 
@@ -190,7 +191,7 @@ def matrix_entries(plan: Plan) -> Tuple[List[Tuple[str, Dict[str, Any]]], Dict[s
     base = plan.folder.scheduler_config
     entries, left_out = [], {}
     for name, options in schedulers.MATRICES[plan.recipe.scheduler_kind]:
-        config = {**base, **schedulers.kind_options(name, base, plan.recipe.scheduler_kind), **options}
+        config = schedulers.config_for(name, base, plan.recipe.scheduler_kind, options)
         refusal = plan.recipe.scheduler_refusal(schedulers.scheduler_class(library, name), config)
         if refusal:
             left_out[schedulers.describe(name, options)] = refusal
@@ -204,7 +205,7 @@ def fitting_schedulers(recipe: Recipe, base: Mapping[str, Any], library: Any) ->
     folder's scheduler config ``base``."""
     fitting = []
     for name in schedulers.NOISE_SCHEDULERS + schedulers.FLOW_SCHEDULERS:
-        config = {**base, **schedulers.kind_options(name, base, recipe.scheduler_kind)}
+        config = schedulers.config_for(name, base, recipe.scheduler_kind)
         if schedulers.kind_of(name, config) == recipe.scheduler_kind and \
                 not recipe.scheduler_refusal(schedulers.scheduler_class(library, name), config):
             fitting.append(name)

@@ -40,7 +40,8 @@ SCHEDULER = dict(num_train_timesteps=1000, shift=1.0, use_dynamic_shifting=True,
 def build(folder: PathLike, seed: int = 0) -> Path:
     """Write a random-weight ``LTXPipeline`` folder (safetensors) and return its path."""
     folder, seed = new_model_folder(folder, seed)
-    from diffusers import AutoencoderKLLTXVideo, FlowMatchEulerDiscreteScheduler, LTXPipeline, LTXVideoTransformer3DModel
+    from diffusers import (AutoencoderKLLTXVideo, FlowMatchEulerDiscreteScheduler, LTXPipeline,
+                           LTXVideoTransformer3DModel)
     from transformers import T5TokenizerFast
 
     tokenizer = T5TokenizerFast.from_pretrained(str(write_t5_tokenizer(folder / "tokenizer")))

@@ -176,13 +176,14 @@ def kind_of(cls_name: str, config: Mapping[str, Any]) -> Optional[str]:
     return None
 
 
-def kind_options(cls_name: str, config: Mapping[str, Any], kind: str) -> Dict[str, Any]:
-    """Config options that make ``cls_name`` drive a model of ``kind``: :data:`FLOW_OPTIONS` for a
-    flow-capable solver on a flow-matching model (``dpm++-2m`` or ``unipc`` on SD3, Flux, Wan),
-    unless ``config`` (the folder's) already makes flow sigmas; none otherwise."""
-    if kind == FLOW and cls_name in FLOW_CAPABLE and kind_of(cls_name, config) != FLOW:
-        return dict(FLOW_OPTIONS)
-    return {}
+def config_for(cls_name: str, base: Mapping[str, Any], kind: str,
+               options: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+    """The config ``cls_name`` is built with from a folder's ``base`` config to drive a model of
+    ``kind``: ``base``, then :data:`FLOW_OPTIONS` for a flow-capable solver on a flow-matching
+    model (``dpm++-2m`` or ``unipc`` on SD3, Flux, Wan) unless ``base`` already makes flow sigmas,
+    then ``options``."""
+    flow = kind == FLOW and cls_name in FLOW_CAPABLE and kind_of(cls_name, base) != FLOW
+    return {**base, **(FLOW_OPTIONS if flow else {}), **(options or {})}
 
 
 def resolve(name: Any) -> Tuple[str, Dict[str, Any]]:

@@ -92,8 +92,8 @@ def plot_divergence(c: Any, path: str) -> None:
     if floor is not None:
         ax.axhline(band([floor])[0], color="0.35", lw=1, ls="-.",
                    label=f"noise floor {floor:.3g}: torch {c.settings.dtype} vs float64, final images")
-    _finish_errors(fig, ax, band, steps, 30, "denoising step", f"{c.frameworks[0]} vs {c.frameworks[1]}: error per step",
-                   path)
+    _finish_errors(fig, ax, band, steps, 30, "denoising step",
+                   f"{c.frameworks[0]} vs {c.frameworks[1]}: error per step", path)
 
 
 def _finish_errors(fig: Any, ax: Any, band: Any, xs: Any, max_ticks: int, xlabel: str, title: str, path: str) -> None:

@@ -28,5 +28,6 @@ class WanRecipe(ConditionalRecipe):
         # AutoencoderKLWan compresses time 2x per True in temperal_downsample (its config's spelling)
         factor = 2 ** sum(bool(d) for d in folder.config("vae").get("temperal_downsample", (False, True, True)))
         if settings.frames is not None and (settings.frames - 1) % factor:
+            nearest = factor * ((settings.frames - 1) // factor) + 1
             raise UsageError(f"--frames must be {factor}k + 1 for this {self.pipeline} (its VAE compresses time "
-                             f"{factor}x), got {settings.frames}; e.g. {factor * ((settings.frames - 1) // factor) + 1}")
+                             f"{factor}x), got {settings.frames}; e.g. {nearest}")
