@@ -118,8 +118,8 @@ def test_each_family_agrees_end_to_end_and_in_lockstep(pairs, folders, files, fa
     frames = (plan.settings.frames,) if plan.settings.frames else ()  # a video: (batch, frames, H, W, C)
     assert c.images["a"].shape == (1, *frames, 32, 32, 3) and len(c.local_steps) == len(c.timesteps) >= 2
     assert all(r["sample"]["rel_l2"] < 1e-4 for r in c.local_steps), c.local_steps
-    other = compare_loaded(pairs(family), plan.cell(seed=2))  # the check can fail: another seed is far
-    assert np.linalg.norm(other.images["a"] - c.images["a"]) / np.linalg.norm(c.images["a"]) > 5e-3
+    other = run(pairs(family).torch, plan.cell(seed=2))  # the check can fail: another seed is far
+    assert np.linalg.norm(other.images - c.images["a"]) / np.linalg.norm(c.images["a"]) > 5e-3
 
 
 def test_sdxl_in_graph_mode_gives_pynatives_bits(pairs, folders, files):
