@@ -133,6 +133,12 @@ def run(repeats: int = 5) -> Section:
     section.notes.append("Median MindSpore / torch per family: " + ", ".join(f"{f} {v:.1f}x" for f, v in
                                                                           medians.items())
                          + f". torch threads {info['torch_threads']}.")
+    spread = {side: max(max(t) / min(t) for r in info["families"].values()
+                        for name, t in r["times"].items() if name.startswith(side)) for side in ("torch", "mindspore")}
+    section.notes.append("Largest spread of one family's times over its repeats (max / min): torch "
+                         f"{spread['torch']:.0f}x, MindSpore {spread['mindspore']:.0f}x. Where it is large, other "
+                         "processes took the cores during some repeats and not others (see below); the minima are "
+                         "the nearest to an idle machine.")
     return section
 
 
