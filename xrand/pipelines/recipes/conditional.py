@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from .. import schedulers
 from .base import Recipe
 
 
@@ -15,6 +16,18 @@ class ConditionalRecipe(Recipe):
     native_schedulers = None
     batch_argument = "num_images_per_prompt"
     required_inputs = ("prompt",)
+
+
+class TextToVideoRecipe(ConditionalRecipe):
+    """A prompt to a video: a transformer on flow matching over 5-D latents, ``frames`` as the
+    call's ``num_frames``, ``num_videos_per_prompt`` videos; the output is (batch, frames,
+    height, width, 3)."""
+
+    denoiser = "transformer"
+    components = ("transformer", "vae", "text_encoder", "tokenizer", "scheduler")
+    scheduler_kind = schedulers.FLOW
+    batch_argument = "num_videos_per_prompt"
+    inputs = ("prompt", "negative_prompt", "guidance_scale", "height", "width", "frames")
 
 
 def vae_scale_factor(folder: Any) -> int:

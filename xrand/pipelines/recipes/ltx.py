@@ -2,21 +2,14 @@
 latents drawn 5-D and packed into tokens, and the AutoencoderKLLTXVideo."""
 from __future__ import annotations
 
-from .. import schedulers
-from .conditional import ConditionalRecipe
+from .conditional import TextToVideoRecipe
 
 
-class LTXRecipe(ConditionalRecipe):
-    """Text to video: ``frames`` is the call's ``num_frames`` (the VAE keeps (frames - 1) / its
-    temporal compression + 1 latent frames); the output is (batch, frames, height, width, 3)."""
+class LTXRecipe(TextToVideoRecipe):
+    """Text to video: the VAE keeps (frames - 1) / its temporal compression + 1 latent frames."""
 
     pipeline = "LTXPipeline"
-    denoiser = "transformer"
     denoiser_classes = ("LTXVideoTransformer3DModel",)
-    components = ("transformer", "vae", "text_encoder", "tokenizer", "scheduler")
-    scheduler_kind = schedulers.FLOW
-    batch_argument = "num_videos_per_prompt"
-    inputs = ("prompt", "negative_prompt", "guidance_scale", "height", "width", "frames")
     size_multiple = 32  # pipeline_ltx.py check_inputs
     # measured with mindone 0.5.0 (models/transformers/transformer_ltx.py, LTXVideoRotaryPosEmbed)
     pynative_only = ("MindSpore 2.10's graph mode refuses mindone's LTX rotary embedding (PowScalarTensor with an "

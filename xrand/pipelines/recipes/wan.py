@@ -3,23 +3,16 @@ latents (batch, channels, frames, height, width), and the causal 3-D Autoencoder
 from __future__ import annotations
 
 from ...checks import UsageError
-from .. import schedulers
-from .conditional import ConditionalRecipe
+from .conditional import TextToVideoRecipe
 from .stable_diffusion_3 import CHUNK_ON_CPU
 
 
-class WanRecipe(ConditionalRecipe):
-    """Text to video: ``frames`` is the call's ``num_frames`` (4k + 1 for a VAE that compresses
-    time 4x); the output is (batch, frames, height, width, 3). Wan 2.2's two-transformer folders
-    (``transformer_2``) are not taken: lockstep feeds one denoiser."""
+class WanRecipe(TextToVideoRecipe):
+    """Text to video: ``frames`` must be 4k + 1 for a VAE that compresses time 4x. Wan 2.2's
+    two-transformer folders (``transformer_2``) are not taken: lockstep feeds one denoiser."""
 
     pipeline = "WanPipeline"
-    denoiser = "transformer"
     denoiser_classes = ("WanTransformer3DModel",)
-    components = ("transformer", "vae", "text_encoder", "tokenizer", "scheduler")
-    scheduler_kind = schedulers.FLOW
-    batch_argument = "num_videos_per_prompt"
-    inputs = ("prompt", "negative_prompt", "guidance_scale", "height", "width", "frames")
     size_multiple = 16  # pipeline_wan.py check_inputs
     pynative_only = CHUNK_ON_CPU
 
