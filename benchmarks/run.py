@@ -11,6 +11,8 @@ Figures (one file each, also runnable alone):
   6 bench_sd.py            tiny Stable Diffusion seconds per step, torch vs MindSpore, compare overhead
   7 bench_layers.py        compare --layers against one lockstep step of the same model
   8 bench_sweep.py         xrand sweep cells per minute, 1 and 2 local workers, Ray's overhead
+  9 bench_families.py      seconds per step of each pipeline family (SD img2img/inpaint, SDXL, SD3, Flux,
+                           Flux Kontext, PixArt-Sigma, Wan, LTX), torch vs MindSpore
 
 About 5 minutes on 2 cores. Timings interleave the compared calls; each figure records how
 much CPU other processes took meanwhile, so a shared machine shows in the results. With
@@ -41,6 +43,7 @@ FIGURES = {
     6: ("bench_sd", {}),
     7: ("bench_layers", {}),
     8: ("bench_sweep", {}),
+    9: ("bench_families", {}),
 }
 
 

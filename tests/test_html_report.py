@@ -17,7 +17,8 @@ import sys
 import numpy as np
 import pytest
 
-from xrand.report.csv import COLUMNS, METRIC_KEYS, MSPROBE_COLUMNS, layers_csv, module_metrics
+from xrand.compare.metrics import module_metrics
+from xrand.report.csv import COLUMNS, METRIC_KEYS, MSPROBE_COLUMNS, layers_csv
 
 sys.path.insert(0, os.path.dirname(__file__))
 from browser import Chromium, find_chromium, open_page  # noqa: E402

@@ -541,6 +541,10 @@ def test_without_the_fallbacks_the_family_operators_fail_on_the_cpu():
         mint.einsum("ij->ji", x)
     with pytest.raises(NotImplementedError, match="only supports Ascend"):
         MF.conv3d(ms.tensor(_rand(1, 2, 3, 3, 3)), ms.tensor(_rand(1, 2, 1, 1, 1)))
+    with pytest.raises(RuntimeError, match="'repeat' is not supported on this device"):
+        x.repeat(1, 2)  # MindSpore 2.10 mindspore/ops/tensor_method.py tensor_repeat
+    with pytest.raises(RuntimeError, match="OnesLikeExt"):
+        mint.ones_like(x).asnumpy()
 
 
 def test_without_its_fallback_mindones_math_attention_refuses_a_4d_mask():
@@ -698,6 +702,22 @@ def test_conv3d_layer_matches_torch(fallbacks, padding_mode):
         x = _rand(1, 3, 4, 9, 8)
         expected = ref(torch.from_numpy(x)).numpy()
     np.testing.assert_allclose(layer(ms.tensor(x)).asnumpy(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_ones_like_keeps_the_shape_and_the_dtype_or_takes_one(fallbacks):
+    """LTX's rotary embedding pads its cosines with mint.ones_like."""
+    x = ms.tensor(_rand(2, 3)).astype(ms.float16)
+    for out, dtype in ((mint.ones_like(x), ms.float16), (mint.ones_like(x, dtype=ms.int32), ms.int32)):
+        assert out.dtype == dtype and out.shape == (2, 3) and (out.asnumpy() == 1).all()
+
+
+@pytest.mark.parametrize("repeats", [(1, 2), (2, 1, 3), ((2, 2),), ([3, 1],)])
+def test_tensor_repeat_matches_torch(fallbacks, repeats):
+    """Flux Kontext's CLIP embedding: ``prompt_embeds.repeat(1, num_images_per_prompt)``."""
+    x = _rand(2, 3)
+    np.testing.assert_array_equal(ms.tensor(x).repeat(*repeats).asnumpy(), torch.from_numpy(x).repeat(*repeats).numpy())
+    with pytest.raises(ValueError, match="1 repeats for a tensor of 2 dimensions"):
+        ms.tensor(x).repeat(2)  # torch refuses fewer repeats than dimensions too
 
 
 def test_clone_copies_the_values_and_owns_them(fallbacks):

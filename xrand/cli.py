@@ -37,8 +37,25 @@ def _settings(args, **override):
                   pipeline=args.pipeline, scheduler=args.scheduler, scheduler_options=options, prompt=args.prompt,
                   negative_prompt=args.negative_prompt, guidance_scale=args.guidance_scale, height=args.height,
                   width=args.width)
+    values.update(_family_settings(args))
     values.update(override)
     return Settings(**values)
+
+
+def _family_settings(args) -> dict:
+    """The families' inputs from the command line (a second and third prompt, files, strength,
+    frames, call options)."""
+    from .pipelines.schedulers import parse_option
+
+    options = {}
+    for text in args.call_option or []:
+        key, value = parse_option(text, "call option", "max_sequence_length=64")
+        if key in options:
+            raise UsageError(f"--call-option {key} is given twice ({options[key]!r} and {value!r}); give it once")
+        options[key] = value
+    return dict(prompt_2=args.prompt_2, negative_prompt_2=args.negative_prompt_2, prompt_3=args.prompt_3,
+                negative_prompt_3=args.negative_prompt_3, image=args.image, mask=args.mask, strength=args.strength,
+                frames=args.frames, call_options=options)
 
 
 def _plan(args, frameworks=("torch", "mindspore"), layers=None, noise_floor=None, **override):
@@ -319,6 +336,7 @@ def _add_settings(p: argparse.ArgumentParser) -> None:
                    help="classifier-free guidance scale (text-to-image; default: the pipeline's)")
     p.add_argument("--height", type=int, help="image height (text-to-image; default: the model's)")
     p.add_argument("--width", type=int, help="image width (text-to-image; default: the model's)")
+    _add_family_settings(p)
     p.add_argument("--device", action="append", metavar="FRAMEWORK=DEVICE",
                    help="device per framework, e.g. torch=cuda or mindspore=Ascend (repeatable; default CPU)")
     p.add_argument("--mindspore-mode", default=DEFAULT_MINDSPORE_MODE, choices=list(MINDSPORE_MODES),
@@ -326,6 +344,21 @@ def _add_settings(p: argparse.ArgumentParser) -> None:
                         "machine, kept in $XRAND_CACHE_DIR, default ~/.cache/xrand; pynative runs operator by "
                         "operator, slower on a CPU)")
     p.add_argument("--quiet", action="store_true", help="no progress bars; one JSON line of result")
+
+
+def _add_family_settings(p: argparse.ArgumentParser) -> None:
+    """The inputs of the pipeline families beyond text to image (each pipeline says which it takes)."""
+    p.add_argument("--prompt-2", help="prompt for the second text encoder (SDXL, SD3, Flux; default: --prompt)")
+    p.add_argument("--negative-prompt-2", help="negative prompt for the second text encoder (SDXL, SD3, Flux)")
+    p.add_argument("--prompt-3", help="prompt for SD3's T5 encoder (default: --prompt)")
+    p.add_argument("--negative-prompt-3", help="negative prompt for SD3's T5 encoder")
+    p.add_argument("--image", metavar="FILE", help="input image (image to image, inpainting, Flux Kontext)")
+    p.add_argument("--mask", metavar="FILE", help="inpainting mask (white: repaint)")
+    p.add_argument("--strength", type=float, help="how far image to image and inpainting noise the input, in (0, 1]")
+    p.add_argument("--frames", type=int, help="frames of a video (WanPipeline's num_frames; 4k + 1)")
+    p.add_argument("--call-option", action="append", metavar="KEY=VALUE",
+                   help="any other keyword of the pipeline's call, VALUE parsed as JSON when it parses, e.g. "
+                        "max_sequence_length=64 or use_resolution_binning=false (repeatable)")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -6,7 +6,9 @@ model through two doors: ``denoiser(*args, **kwargs)`` and ``scheduler.step(mode
 timestep, sample, ...)``. :class:`Boundary` stands at both for one run:
 
 - always, it keeps every step's output (the trajectory), the first sample and the timesteps,
-  and adds the step options (``s_churn``...) to each ``step`` call;
+  and adds the step options (``s_churn``...) to each ``step`` call, and the run's generator
+  where ``step`` takes one and the pipeline passed none (SD3, Flux and Wan call ``step``
+  without it, so an SDE solver's noise would come from each framework's global RNG);
 - recording (the torch side), it keeps each denoiser call's inputs and output as
   :class:`.trees.Captured` values, nested structure and all, and each step's inputs;
 - feeding (the other side, lockstep), it hands the denoiser the recorded inputs of the same
@@ -177,6 +179,7 @@ class Boundary:
         self.timesteps: List[float] = []
         self.recording = Recording() if record_calls is not None or record_steps else None
         self.local: List[Dict[str, Any]] = []  # fed: per step, the local error of its model output and sample
+        self.generator_added = False  # whether step() got the generator from here (the pipeline passed none)
         self._calls = 0
         self._capture = Capture(fw)
 
@@ -225,6 +228,9 @@ class Boundary:
             self.recording.steps.append({"model_output": self.fw.to_numpy(model_output),
                                          "sample": self.fw.to_numpy(sample)})
         bound.arguments.update(self.step_options)  # step_options are keys of step's signature
+        if "generator" in bound.signature.parameters and bound.arguments.get("generator") is None:
+            bound.arguments["generator"] = self.generator
+            self.generator_added = True
         out = original(*bound.args, **bound.kwargs)
         prev = out.prev_sample if hasattr(out, "prev_sample") else out[0]
         self.outputs.append(self.fw.to_numpy(prev))

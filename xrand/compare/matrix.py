@@ -12,7 +12,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..pipelines import schedulers
 from ..pipelines.settings import Settings
-from .plan import Plan
+from .plan import Plan, matrix_entries
 from .run import Pair, compare_loaded, load_pair
 
 
@@ -40,6 +40,7 @@ class Matrix:
     settings: Settings
     tolerance: float
     rows: List[Row]
+    left_out: Dict[str, str] = field(default_factory=dict)  # label -> why the pipeline cannot run it
 
     @property
     def passed(self) -> bool:
@@ -50,15 +51,18 @@ class Matrix:
         word = "PASS" if self.passed else "FAIL"
         return (f"{word}: {len(self.rows) - len(bad)}/{len(self.rows)} schedulers within relative L2 "
                 f"{self.tolerance:g} after {self.settings.steps} steps" + (f"; not passing: {', '.join(bad)}" if bad
-                                                                          else ""))
+                                                                          else "")
+                + (f"; left out (the pipeline cannot run them): {', '.join(self.left_out)}" if self.left_out else ""))
 
 
 def run_matrix(plan: Plan, entries: Optional[Sequence[Tuple[str, Dict[str, Any]]]] = None,
                pair: Optional[Pair] = None, progress: Optional[Callable[[Row], None]] = None) -> Matrix:
     """Compare every ``(scheduler, options)`` in ``entries`` (default: the matrix of the recipe's
-    scheduler kind); a row that raises is an error row."""
+    scheduler kind, less what its library pipeline cannot run, :func:`.plan.matrix_entries`);
+    a row that raises is an error row."""
+    left_out: Dict[str, str] = {}
     if entries is None:
-        entries = schedulers.MATRICES[plan.recipe.scheduler_kind]
+        entries, left_out = matrix_entries(plan)
     if pair is None:
         pair = load_pair(plan.cell(scheduler=entries[0][0], scheduler_options=entries[0][1]) if entries else plan)
     rows = []
@@ -82,4 +86,4 @@ def run_matrix(plan: Plan, entries: Optional[Sequence[Tuple[str, Dict[str, Any]]
         rows.append(row)
         if progress is not None:
             progress(row)
-    return Matrix(plan.settings, plan.tolerance, rows)
+    return Matrix(plan.settings, plan.tolerance, rows, left_out)

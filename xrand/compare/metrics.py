@@ -43,9 +43,11 @@ def metrics(reference: np.ndarray, other: np.ndarray, data_range: Optional[float
 
 
 def ssim(a: np.ndarray, b: np.ndarray) -> float:
-    """Mean SSIM (scikit-image) over a batch of NHWC images in [0, 1]."""
+    """Mean SSIM (scikit-image) over a batch of NHWC images in [0, 1] (or of videos, NFHWC: every frame)."""
     from skimage.metrics import structural_similarity
 
+    if a.ndim == 5:
+        a, b = a.reshape(-1, *a.shape[2:]), b.reshape(-1, *b.shape[2:])
     side = min(a.shape[1], a.shape[2])
     win = min(7, side if side % 2 else side - 1)  # scikit-image's default window, shrunk for tiny images
     return float(np.mean([structural_similarity(x, y, data_range=1.0, channel_axis=-1, win_size=win)

@@ -1,11 +1,13 @@
 """A comparison resolved once: :func:`make_plan` turns settings into one immutable :class:`Plan`.
 
 Everything that can be refused is refused here, before any model loads: the model folder and
-whether it fits the pipeline (components, denoiser class), the pipeline's inputs, the scheduler
-(its name, whether it fits the recipe's kind, its options against the class, the step count),
-devices, MindSpore's mode, the tolerance, the layer options. Every stage (both sides,
-lockstep, the noise floor, layers, a matrix row, a sweep cell) reads the plan and re-derives
-nothing. The folder is read once (:func:`.folder.read_folder`).
+whether it fits the pipeline (components, denoiser class), the pipeline's inputs (input files
+read once and known by their content's digest; call options against the library pipeline's
+call), the scheduler (its name, whether it fits the recipe's kind and the library pipeline, its
+options against the class, the step count), devices, MindSpore's mode (PyNative where the
+recipe's denoiser cannot compile for a CPU, and why), the tolerance, the layer options. Every
+stage (both sides, lockstep, the noise floor, layers, a matrix row, a sweep cell) reads the
+plan and re-derives nothing. The folder is read once (:func:`.folder.read_folder`).
 
     plan = make_plan(Settings(model="folder", scheduler="euler-a"), lockstep=True)
     comparison = compare_frameworks(plan)
@@ -13,15 +15,17 @@ nothing. The folder is read once (:func:`.folder.read_folder`).
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..checks import UsageError, UsageTypeError
 from ..pipelines import schedulers
 from ..pipelines.folder import ModelFolder, check_components, read_folder
 from ..pipelines.frameworks import (DEFAULT_MINDSPORE_MODE, FRAMEWORKS, check_framework, check_mindspore_mode,
                                     framework)
+from ..pipelines.inputs import read_input
 from ..pipelines.quiet import silenced
 from ..pipelines.recipes import Recipe, recipe as recipe_named
 from ..pipelines.settings import Settings
@@ -62,17 +66,25 @@ class Plan:
     layers: Optional[Any] = None  # a layers.LayerOptions, checked against the schedule
     noise_floor: bool = False
     denoiser_calls: Optional[int] = None  # how many denoiser calls a run makes (known with layers)
+    input_files: Mapping[str, str] = field(default_factory=dict)  # input -> sha256 of its file
+    mindspore_mode_reason: Optional[str] = None  # why MindSpore runs PyNative where graph mode was asked
 
     @property
     def pipeline(self) -> str:
         return self.recipe.pipeline
 
+    def call_arguments(self, generator: Any) -> Dict[str, Any]:
+        """The library pipeline's call for one run: the recipe's arguments and the call options."""
+        return {**self.recipe.call_arguments(self.settings, generator), **self.settings.call_options}
+
     def graph_identity(self) -> Dict[str, Any]:
         """What a MindSpore graph compiled for this plan depends on (the graph cache's key, with
-        the versions): the folder's configs, the pipeline, the scheduler, every setting but the seed."""
+        the versions): the folder's configs, the pipeline, the scheduler, every setting but the
+        seed (input files by their content)."""
         values = dataclasses.asdict(self.settings)
         values.pop("seed")  # the noise is an input of the graph, not part of it
         values.pop("model")
+        values.update(self.input_files)
         return {"model": self.folder.digest, "pipeline": self.pipeline, "scheduler": self.scheduler.cls,
                 "settings": values}
 
@@ -85,8 +97,9 @@ class Plan:
             changes["seed"] = seed
         if scheduler is not None:
             changes.update(scheduler=scheduler, scheduler_options=dict(scheduler_options or {}))
+        asked_mode = "graph" if self.mindspore_mode_reason else self.mindspore_mode  # as make_plan got it
         return make_plan(replace(self.settings, **changes), frameworks=self.frameworks, devices=self.devices,
-                         tolerance=self.tolerance, mindspore_mode=self.mindspore_mode, lockstep=self.lockstep,
+                         tolerance=self.tolerance, mindspore_mode=asked_mode, lockstep=self.lockstep,
                          layers=self.layers, noise_floor=self.noise_floor, folder=self.folder)
 
 
@@ -125,17 +138,26 @@ def make_plan(settings: Settings, *, frameworks: Sequence[str] = FRAMEWORKS,
     check_components(folder, recipe.components, recipe.optional_components, recipe.pipeline, recipe.denoiser,
                      recipe.denoiser_classes)
     recipe.check(settings, folder)
+    input_files = {name: read_input(name, getattr(settings, name)).digest for name in settings.FILES
+                   if getattr(settings, name) is not None}
 
     library = framework(frameworks[0]).import_library()  # option keys are checked against the class
     scheduler = _scheduler_plan(settings, folder, recipe, library)
+    if settings.call_options:
+        _check_call_options(settings, recipe, scheduler, library)
     calls = None
     if layers is not None:
         calls = _denoiser_calls(scheduler, library, settings.steps)
         layers.check(calls)
+    devices = {name: framework(name).check_device(devices.get(name)) for name in frameworks}
+    mode_reason = None
+    if mindspore_mode == "graph" and recipe.pynative_only and "mindspore" in frameworks \
+            and framework("mindspore").compiles_on_cpu(devices["mindspore"]):
+        mindspore_mode, mode_reason = "pynative", recipe.pynative_only
     return Plan(settings=settings, folder=folder, recipe=recipe, scheduler=scheduler, frameworks=frameworks,
-                devices={name: framework(name).check_device(devices.get(name)) for name in frameworks},
-                tolerance=tolerance, mindspore_mode=mindspore_mode, lockstep=bool(lockstep), layers=layers,
-                noise_floor=bool(noise_floor), denoiser_calls=calls)
+                devices=devices, tolerance=tolerance, mindspore_mode=mindspore_mode, lockstep=bool(lockstep),
+                layers=layers, noise_floor=bool(noise_floor), denoiser_calls=calls, input_files=input_files,
+                mindspore_mode_reason=mode_reason)
 
 
 def _scheduler_plan(settings: Settings, folder: ModelFolder, recipe: Recipe, library: Any) -> SchedulerPlan:
@@ -146,11 +168,61 @@ def _scheduler_plan(settings: Settings, folder: ModelFolder, recipe: Recipe, lib
                          "choose a scheduler with --scheduler")
     cls = schedulers.scheduler_class(library, cls_name)
     config_options, step_options = schedulers.split_options(cls, settings.scheduler_options)
-    config = {**base, **config_options}
-    schedulers.check_fits(cls_name, config, recipe.scheduler_kind, recipe.pipeline)
+    config = schedulers.config_for(cls_name, base, recipe.scheduler_kind, config_options)
+
+    def accepted() -> List[str]:
+        return fitting_schedulers(recipe, base, library)
+
+    schedulers.check_fits(cls_name, config, recipe.scheduler_kind, recipe.pipeline, accepted)
+    refusal = recipe.scheduler_refusal(cls, config)
+    if refusal:
+        raise UsageError(f"scheduler {cls_name} cannot drive {recipe.pipeline}: {refusal}; accepted: "
+                         f"{', '.join(accepted())}")
+    schedulers.check_shared_noise(cls_name, config)
     schedulers.check_steps(cls_name, config, settings.steps)
     return SchedulerPlan(cls=cls_name, config=config, options=dict(settings.scheduler_options),
                          step_options=step_options)
+
+
+def matrix_entries(plan: Plan) -> Tuple[List[Tuple[str, Dict[str, Any]]], Dict[str, str]]:
+    """``--scheduler all``'s rows for this plan: the matrix of its recipe's kind, less the entries
+    its library pipeline cannot run (returned apart: label -> why)."""
+    library = framework(plan.frameworks[0]).import_library()
+    base = plan.folder.scheduler_config
+    entries, left_out = [], {}
+    for name, options in schedulers.MATRICES[plan.recipe.scheduler_kind]:
+        config = schedulers.config_for(name, base, plan.recipe.scheduler_kind, options)
+        refusal = plan.recipe.scheduler_refusal(schedulers.scheduler_class(library, name), config)
+        if refusal:
+            left_out[schedulers.describe(name, options)] = refusal
+        else:
+            entries.append((name, dict(options)))
+    return entries, left_out
+
+
+def fitting_schedulers(recipe: Recipe, base: Mapping[str, Any], library: Any) -> List[str]:
+    """The shared schedulers that fit ``recipe``'s kind and its library pipeline, built on the
+    folder's scheduler config ``base``."""
+    fitting = []
+    for name in schedulers.NOISE_SCHEDULERS + schedulers.FLOW_SCHEDULERS:
+        config = schedulers.config_for(name, base, recipe.scheduler_kind)
+        if schedulers.kind_of(name, config) == recipe.scheduler_kind and \
+                not recipe.scheduler_refusal(schedulers.scheduler_class(library, name), config):
+            fitting.append(name)
+    return fitting
+
+
+def _check_call_options(settings: Settings, recipe: Recipe, scheduler: SchedulerPlan, library: Any) -> None:
+    """Call options go to the library pipeline's call: refused when the run makes none (the
+    generic loop) or the call takes no such keyword."""
+    if not recipe.runs_library_pipeline(scheduler.cls):
+        raise UsageError(f"call options ({', '.join(settings.call_options)}) go to {recipe.pipeline}'s call, which "
+                         f"a run with {scheduler.cls} does not make (it runs xrand's denoising loop)")
+    with silenced():  # the first use of a pipeline class imports its module
+        call = getattr(library, recipe.pipeline).__call__
+    parameters = [name for name, p in inspect.signature(call).parameters.items()
+                  if name != "self" and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
+    recipe.check_call_options(settings, parameters)
 
 
 def _denoiser_calls(scheduler: SchedulerPlan, library: Any, steps: int) -> int:

@@ -65,7 +65,7 @@ def compare_sides(a: Side, b: Side, tolerance: Optional[float] = None,
         settings=a.settings,
         frameworks=[a.framework, b.framework],
         tolerance=tolerance,
-        final=metrics(a.images, b.images, data_range=1.0),
+        final=final_metrics(a.images, b.images),
         initial_noise=metrics(a.initial_noise, b.initial_noise),
         global_steps=[metrics(x, y) for x, y in zip(a.states, b.states)],
         local_steps=local_steps,
@@ -76,6 +76,15 @@ def compare_sides(a: Side, b: Side, tolerance: Optional[float] = None,
         images={"a": a.images, "b": b.images},
         ran={"a": a.ran, "b": b.ran},
     )
+
+
+def final_metrics(a: np.ndarray, b: np.ndarray) -> Dict[str, Any]:
+    """:func:`.metrics.metrics` of the final images (values in [0, 1]); for videos (batch, frames,
+    height, width, channels) also ``per_frame``: the same numbers for each frame over the batch."""
+    out: Dict[str, Any] = metrics(a, b, data_range=1.0)
+    if a.ndim == 5 and a.shape == b.shape:
+        out["per_frame"] = [metrics(a[:, f], b[:, f], data_range=1.0) for f in range(a.shape[1])]
+    return out
 
 
 def check_comparable(a: Side, b: Side) -> None:
@@ -92,6 +101,10 @@ def check_comparable(a: Side, b: Side) -> None:
     for key in ("pipeline", "scheduler", "step_options"):
         if a.ran.get(key) != b.ran.get(key):
             mismatched.append(f"{key} run: {a.ran.get(key)!r} vs {b.ran.get(key)!r}")
+    files_a, files_b = a.ran.get("input_files") or {}, b.ran.get("input_files") or {}
+    for name in sorted(set(files_a) | set(files_b)):
+        if files_a.get(name) != files_b.get(name):
+            mismatched.append(f"--{name} file: {files_a.get(name) or 'none'} vs {files_b.get(name) or 'none'}")
     if a.model_fingerprint != b.model_fingerprint:
         mismatched.append(f"model: {a.model_fingerprint} vs {b.model_fingerprint}")
     if a.images.shape != b.images.shape or a.states.shape != b.states.shape:

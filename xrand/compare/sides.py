@@ -33,8 +33,9 @@ class Side:
     """What one framework produced: images in [0, 1] (NHWC), the noise and every step.
 
     ``ran``: the pipeline (or ``"denoising_loop"``), scheduler class, scheduler options, step
-    options and full scheduler config this side actually ran, and the noise values drawn
-    during the steps (``noise_draws``). ``recording``: the denoiser calls and steps kept for
+    options and full scheduler config this side actually ran, the noise values drawn
+    during the steps (``noise_draws``), whether xrand gave ``step`` the generator the pipeline
+    did not pass, and the input files' digests. ``recording``: the denoiser calls and steps kept for
     lockstep and layers (not saved in side files).
     """
 
@@ -124,7 +125,7 @@ def run(loaded: Loaded, plan: Plan, *, generator: Optional[CountingGenerator] = 
     with patched(fw.library), fw.running(loaded.device, plan.mindspore_mode, plan.graph_identity()) as state, \
             boundary.attached(recipe.denoiser_of(pipe), pipe.scheduler):
         if library_pipeline:
-            images = pipe(**recipe.call_arguments(settings, generator), return_dict=False)[0]
+            images = pipe(**plan.call_arguments(generator), return_dict=False)[0]
         else:
             images = denoising_loop(fw, pipe, recipe, settings, plan.folder, generator)
     seconds = time.perf_counter() - start
@@ -140,7 +141,7 @@ def run(loaded: Loaded, plan: Plan, *, generator: Optional[CountingGenerator] = 
         seconds=seconds,
         model_fingerprint=plan.folder.fingerprint(),
         device=fw.device_name(loaded.device),
-        environment=fw.environment(plan.mindspore_mode, state),
+        environment=fw.environment(plan.mindspore_mode, state, plan.mindspore_mode_reason),
         ran={
             "pipeline": recipe.pipeline if library_pipeline else "denoising_loop",
             "recipe": recipe.pipeline,
@@ -149,6 +150,8 @@ def run(loaded: Loaded, plan: Plan, *, generator: Optional[CountingGenerator] = 
             "step_options": dict(plan.scheduler.step_options),
             "scheduler_config": schedulers.config_dict(pipe.scheduler),
             "noise_draws": generator.drawn - boundary.drawn_before_steps,
+            "generator_added_to_step": boundary.generator_added,
+            "input_files": dict(plan.input_files),
         },
         recording=boundary.recording,
         local_steps=boundary.local if feed is not None else None,

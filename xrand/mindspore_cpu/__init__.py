@@ -3,7 +3,7 @@
 Several ``mindspore.mint`` operators that mindone calls have Ascend kernels only; on a CPU
 they fail with "The kernel X unregistered". :func:`install` swaps each of them for the same
 math built from MindSpore operators that have CPU kernels, wherever mindone looks it up, so
-mindone's own pipelines (DDIM, Stable Diffusion, img2img, inpainting, SDXL, SD3, Flux,
+mindone's own pipelines (DDIM, Stable Diffusion, img2img, inpainting, SDXL, SD3, Flux, Flux Kontext,
 PixArt-Sigma, Wan) and schedulers run unchanged. ``Tensor.lerp``
 has a CPU kernel but gives NaN for a -inf start where torch gives -inf; it is replaced too.
 It does nothing unless MindSpore's device target is ``"CPU"`` (Ascend and GPU keep their own

@@ -126,6 +126,12 @@ def _zeros_like(input, *, dtype=None):
     return ops.zeros(input.shape, input.dtype if dtype is None else dtype)
 
 
+def _ones_like(input, *, dtype=None):
+    """mint.ones_like (kernel OnesLikeExt; LTX's rotary embedding pads with it): ops.ones (Ones)
+    of the input's shape and dtype."""
+    return ops.ones(input.shape, input.dtype if dtype is None else dtype)
+
+
 def _fill_dtype(fill_value, dtype):
     if dtype is not None:
         return dtype
@@ -437,6 +443,18 @@ def _clone(input, *, memory_format=None):
     return ops.deepcopy(input)
 
 
+def _repeat(input, *repeats):
+    """Tensor.repeat (MindSpore 2.10's tensor_method.py raises "'repeat' is not supported on this
+    device" off Ascend; mindone's Flux Kontext repeats its CLIP embedding with it): torch's
+    repeat, copies along each dimension, which ops.tile computes (repeats as one tuple or several ints)."""
+    if len(repeats) == 1 and isinstance(repeats[0], (tuple, list)):
+        repeats = tuple(repeats[0])
+    if len(repeats) < input.ndim:
+        raise ValueError(f"repeat: {len(repeats)} repeats for a tensor of {input.ndim} dimensions; give at least "
+                         f"{input.ndim}")
+    return ops.tile(input, tuple(repeats))
+
+
 def _normalize(input, p=2.0, dim=1, eps=1e-12):
     """mint.nn.functional.normalize (kernel LinalgVectorNorm; Wan's RMS norms): ``input`` over its
     ``p``-norm along ``dim``, the norm clamped at ``eps``, as torch computes it."""
@@ -475,6 +493,7 @@ def targets() -> list[tuple[object, str, object]]:
         (mint, "stack", _stack),
         (mint, "linspace", _linspace),
         (mint, "zeros_like", _zeros_like),
+        (mint, "ones_like", _ones_like),  # LTX
         (mint, "full", _full),
         (mint, "log", _log),
         # Stable Diffusion (CLIP text encoder, transformer blocks)
@@ -488,6 +507,7 @@ def targets() -> list[tuple[object, str, object]]:
         (F, "conv3d", _conv3d),
         (Conv3d, "construct", _conv3d_construct),
         (ms.Tensor, "clone", _clone),
+        (ms.Tensor, "repeat", _repeat),  # Flux Kontext
         (mint, "clone", _clone),
         (F, "normalize", _normalize),
         (mint, "einsum", _einsum),

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Tuple
 
 from ..checks import check_choice
-from . import tiny_flux, tiny_pixart, tiny_sd, tiny_sd3, tiny_sdxl, tiny_wan
+from . import tiny_flux, tiny_ltx, tiny_pixart, tiny_sd, tiny_sd3, tiny_sdxl, tiny_wan
 from .folders import PathLike
 
 
@@ -39,6 +39,7 @@ TINY_MODELS: Dict[str, TinyModel] = {
     "flux": TinyModel(tiny_flux.build, ("FluxPipeline",), tiny_flux.CALL),
     "pixart": TinyModel(tiny_pixart.build, ("PixArtSigmaPipeline",), tiny_pixart.CALL),
     "wan": TinyModel(tiny_wan.build, ("WanPipeline",), tiny_wan.CALL),
+    "ltx": TinyModel(tiny_ltx.build, ("LTXPipeline",), tiny_ltx.CALL),
 }
 
 

@@ -101,6 +101,11 @@ class Framework:
         """The device a side ran on, for the report."""
         raise NotImplementedError
 
+    def compiles_on_cpu(self, device: Optional[str]) -> bool:
+        """Whether a run on ``device`` (checked by :meth:`check_device`) compiles its graphs for a
+        CPU, where some operators have no kernel (MindSpore's graph mode; torch never compiles)."""
+        return False
+
     def load_pipeline(self, cls_name: str, path: str, dtype: str, device: Optional[str],
                       arguments: Mapping[str, Any]) -> Any:
         """``cls_name.from_pretrained(path)`` from the library, in ``dtype`` on ``device``."""
@@ -159,8 +164,9 @@ class Framework:
         compile cache). Yields a dict the run's environment is read from (:meth:`environment`)."""
         raise NotImplementedError
 
-    def environment(self, mode: str, state: Mapping[str, str]) -> Dict[str, Any]:
-        """What a run in ``mode`` reports beyond versions (MindSpore: its mode, cache, oneDNN)."""
+    def environment(self, mode: str, state: Mapping[str, str], mode_reason: Optional[str] = None) -> Dict[str, Any]:
+        """What a run in ``mode`` reports beyond versions (MindSpore: its mode, why when it is not
+        the one asked, cache, oneDNN)."""
         return {}
 
 
@@ -230,6 +236,9 @@ class MindSpore(Framework):
 
         return ms.get_context("device_target")
 
+    def compiles_on_cpu(self, device):
+        return self.device_name(device) == "CPU"
+
     def prepare(self):
         from .. import mindspore_cpu
 
@@ -285,10 +294,12 @@ class MindSpore(Framework):
                 if freeze:
                     gc.unfreeze()
 
-    def environment(self, mode, state):
+    def environment(self, mode, state, mode_reason=None):
         from ..mindspore_cpu import onednn_isa
 
         out: Dict[str, Any] = {"mindspore_mode": mode}
+        if mode_reason:
+            out["mindspore_mode_reason"] = mode_reason
         if "status" in state:
             out["mindspore_compile_cache"] = state["status"]
         isa = onednn_isa()

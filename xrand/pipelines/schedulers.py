@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import inspect
 import json
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from ..checks import UsageError, UsageTypeError
 
@@ -134,13 +134,25 @@ _STEP_OWN = ("self", "model_output", "timestep", "sample", "generator", "return_
              "prev_timestep", "per_token_timesteps", "pred_original_sample", "use_clipped_model_output")
 
 
-#: ``--scheduler all`` on a flow-matching model.
+#: ``--scheduler all`` on a flow-matching model: every shared scheduler that drives one (a
+#: recipe leaves out those its library pipeline cannot run, Recipe.scheduler_refusal).
 FLOW_MATRIX: Tuple[Tuple[str, Dict[str, Any]], ...] = (
     ("FlowMatchEulerDiscreteScheduler", {}),
     ("FlowMatchHeunDiscreteScheduler", {}),
     ("DPMSolverMultistepScheduler", dict(FLOW_OPTIONS, algorithm_type="dpmsolver++")),
+    ("DPMSolverMultistepScheduler", dict(FLOW_OPTIONS, algorithm_type="sde-dpmsolver++")),
+    ("DPMSolverSinglestepScheduler", dict(FLOW_OPTIONS, algorithm_type="dpmsolver++")),
     ("UniPCMultistepScheduler", dict(FLOW_OPTIONS)),
+    ("DEISMultistepScheduler", dict(FLOW_OPTIONS)),
+    ("SASolverScheduler", dict(FLOW_OPTIONS)),
 )
+
+#: Options whose noise no generator draws (so two sides cannot share it), and why.
+UNSHARED_NOISE: Dict[Tuple[str, str], str] = {
+    # scheduling_flow_match_euler_discrete.py step(): noise = torch.randn_like(sample) (mint.randn_like in mindone)
+    ("FlowMatchEulerDiscreteScheduler", "stochastic_sampling"): "its step draws with randn_like from the "
+    "framework's global RNG, not from the generator, so the two sides cannot share that noise",
+}
 
 MATRICES = {NOISE: MATRIX, FLOW: FLOW_MATRIX}
 
@@ -164,6 +176,16 @@ def kind_of(cls_name: str, config: Mapping[str, Any]) -> Optional[str]:
     return None
 
 
+def config_for(cls_name: str, base: Mapping[str, Any], kind: str,
+               options: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+    """The config ``cls_name`` is built with from a folder's ``base`` config to drive a model of
+    ``kind``: ``base``, then :data:`FLOW_OPTIONS` for a flow-capable solver on a flow-matching
+    model (``dpm++-2m`` or ``unipc`` on SD3, Flux, Wan) unless ``base`` already makes flow sigmas,
+    then ``options``."""
+    flow = kind == FLOW and cls_name in FLOW_CAPABLE and kind_of(cls_name, base) != FLOW
+    return {**base, **(FLOW_OPTIONS if flow else {}), **(options or {})}
+
+
 def resolve(name: Any) -> Tuple[str, Dict[str, Any]]:
     """A scheduler name (class name any case, with or without "Scheduler", or an alias) -> (class, options)."""
     if not isinstance(name, str) or not name:
@@ -179,13 +201,15 @@ def resolve(name: Any) -> Tuple[str, Dict[str, Any]]:
                      f"(any case, 'Scheduler' optional), 'all', or an alias: {', '.join(ALIASES)}")
 
 
-def check_fits(cls_name: str, config: Mapping[str, Any], kind: str, pipeline: str) -> None:
-    """Refuse, before any work, a scheduler that cannot drive ``pipeline``'s denoiser (of ``kind``)."""
+def check_fits(cls_name: str, config: Mapping[str, Any], kind: str, pipeline: str,
+               accepted: Optional[Callable[[], List[str]]] = None) -> None:
+    """Refuse, before any work, a scheduler that cannot drive ``pipeline``'s denoiser (of ``kind``);
+    ``accepted``: the schedulers to name instead (default: every one of the kind)."""
     found = kind_of(cls_name, config)
     if found == kind:
         return
-    accepted = [name for name in NOISE_SCHEDULERS + FLOW_SCHEDULERS
-                if kind_of(name, {}) == kind or (kind == FLOW and name in FLOW_CAPABLE)]
+    accepted = accepted() if accepted else [name for name in NOISE_SCHEDULERS + FLOW_SCHEDULERS
+                                            if kind_of(name, {}) == kind or (kind == FLOW and name in FLOW_CAPABLE)]
     if cls_name in CANNOT_DRIVE:
         why = CANNOT_DRIVE[cls_name]
     elif cls_name in FLOW_CAPABLE and kind == FLOW:
@@ -199,10 +223,10 @@ def check_fits(cls_name: str, config: Mapping[str, Any], kind: str, pipeline: st
                      f"{', '.join(accepted)}")
 
 
-def parse_option(text: Any) -> Tuple[str, Any]:
+def parse_option(text: Any, what: str = "scheduler option", example: str = "use_karras_sigmas=true") -> Tuple[str, Any]:
     """``KEY=VALUE`` -> (key, value), the value parsed as JSON when it parses (``true``, ``1e-3``, ``"x"``)."""
     if not isinstance(text, str) or "=" not in text or not text.partition("=")[0].strip():
-        raise UsageError(f"scheduler option {text!r}: expected KEY=VALUE, e.g. use_karras_sigmas=true")
+        raise UsageError(f"{what} {text!r}: expected KEY=VALUE, e.g. {example}")
     key, _, raw = text.partition("=")
     try:
         value = json.loads(raw)
@@ -211,15 +235,16 @@ def parse_option(text: Any) -> Tuple[str, Any]:
     return key.strip(), value
 
 
-def check_options(options: Any) -> Dict[str, Any]:
+def check_options(options: Any, what: str = "scheduler_options", keys: str = "option names") -> Dict[str, Any]:
+    """A dict of names to JSON values (plain data: settings travel as JSON), as a new dict."""
     if options is None:
         return {}
     if not isinstance(options, Mapping) or not all(isinstance(k, str) and k for k in options):
-        raise UsageTypeError(f"scheduler_options must be a dict of option names to values, got {options!r}")
+        raise UsageTypeError(f"{what} must be a dict of {keys} to values, got {options!r}")
     try:
         json.dumps(dict(options))
     except (TypeError, ValueError):
-        raise UsageTypeError(f"scheduler_options must hold JSON values (numbers, strings, booleans, "
+        raise UsageTypeError(f"{what} must hold JSON values (numbers, strings, booleans, "
                              f"lists), got {options!r}") from None
     return dict(options)
 
@@ -264,6 +289,13 @@ def build(library: Any, cls_name: str, config: Mapping[str, Any]) -> Any:
         return scheduler_class(library, cls_name).from_config(dict(config))
     except (ValueError, NotImplementedError) as exc:  # e.g. algorithm_type='nope' refused by the scheduler
         raise UsageError(f"{cls_name} refused its config: {exc}") from exc
+
+
+def check_shared_noise(cls_name: str, config: Mapping[str, Any]) -> None:
+    """Refuse a config whose scheduler would draw noise outside the generator (:data:`UNSHARED_NOISE`)."""
+    for (name, key), why in UNSHARED_NOISE.items():
+        if name == cls_name and config.get(key):
+            raise UsageError(f"{cls_name} with {key}={json.dumps(config[key])}: {why}; leave {key} off")
 
 
 def check_steps(cls_name: str, config: Mapping[str, Any], steps: int) -> None:

@@ -19,6 +19,11 @@ from .recipes import canonical_pipeline
 DTYPES: Tuple[str, ...] = ("float32", "float16")
 #: The longest schedule: the models' training schedule.
 MAX_STEPS = 1000
+#: Pipeline inputs of the families beyond text to image (Settings.INPUTS).
+FAMILY_INPUTS: Tuple[str, ...] = ("prompt_2", "negative_prompt_2", "prompt_3", "negative_prompt_3", "image", "mask",
+                                  "strength", "frames")
+#: The inputs that name files (read and checked when a comparison is planned).
+FILE_INPUTS: Tuple[str, ...] = ("image", "mask")
 
 
 def _positive_int(name: str, value: Any, optional: bool = False) -> Optional[int]:
@@ -35,6 +40,17 @@ def _number(name: str, value: Any, low: float, high: float, optional: bool = Fal
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
         raise UsageError(f"{name} must be a number in [{low:g}, {high:g}], got {value!r}")
     return float(value)
+
+
+def check_call_options(options: Any) -> Dict[str, Any]:
+    """``call_options``: keyword -> JSON value for the pipeline's call (the keywords are checked
+    against the pipeline when a comparison is planned)."""
+    options = schedulers.check_options(options, "call_options", "keyword names")
+    bad = [key for key in options if not key.isidentifier()]
+    if bad:
+        raise UsageError(f"call option {bad[0]!r} is not a keyword name; expected KEY=VALUE with KEY a keyword of "
+                         "the pipeline's call, e.g. max_sequence_length=64")
+    return options
 
 
 def _text(name: str, value: Any) -> Optional[str]:
@@ -69,9 +85,23 @@ class Settings:
     guidance_scale: Optional[float] = None
     height: Optional[int] = None
     width: Optional[int] = None
+    # the pipeline families' inputs (xrand.pipelines.recipes): a second and third prompt, an input
+    # image and mask (file paths; sides compare the files' content, not their paths), img2img's
+    # strength, a video's frame count, and any other keyword of the pipeline's call
+    prompt_2: Optional[str] = None
+    negative_prompt_2: Optional[str] = None
+    prompt_3: Optional[str] = None
+    negative_prompt_3: Optional[str] = None
+    image: Optional[str] = None
+    mask: Optional[str] = None
+    strength: Optional[float] = None
+    frames: Optional[int] = None
+    call_options: Dict[str, Any] = field(default_factory=dict)
 
     #: The pipeline inputs among the fields (a recipe says which it takes).
     INPUTS = ("prompt", "negative_prompt", "guidance_scale", "height", "width")
+    INPUTS = INPUTS + FAMILY_INPUTS
+    FILES = FILE_INPUTS
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalised values are set once, here
@@ -104,6 +134,24 @@ class Settings:
             set_(self, "guidance_scale", float(self.guidance_scale))
         for name in ("height", "width"):
             _positive_int(name, getattr(self, name), optional=True)
+        self._check_family_inputs()
+
+    def _check_family_inputs(self) -> None:
+        """The families' inputs, field by field (files are read when a comparison is planned:
+        side files carry settings to machines without them)."""
+        for name in ("prompt_2", "negative_prompt_2", "prompt_3", "negative_prompt_3"):
+            _text(name, getattr(self, name))
+        for name in self.FILES:
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value):
+                raise UsageTypeError(f"{name} must be the path of an image file, got {value!r}")
+        if self.strength is not None:
+            if isinstance(self.strength, bool) or not isinstance(self.strength, (int, float)) \
+                    or not 0 < self.strength <= 1:
+                raise UsageError(f"strength must be a number in (0, 1], got {self.strength!r}")
+            object.__setattr__(self, "strength", float(self.strength))
+        _positive_int("frames", self.frames, optional=True)
+        object.__setattr__(self, "call_options", check_call_options(self.call_options))
 
     def given_inputs(self) -> Dict[str, Any]:
         """The pipeline inputs that were given (not None)."""
@@ -112,4 +160,6 @@ class Settings:
     #: The fields two sides must share (the model is matched by its weights' fingerprint).
     COMPARED = ("steps", "seed", "batch_size", "eta", "stream", "dtype", "pipeline", "scheduler",
                 "scheduler_options", "prompt", "negative_prompt", "guidance_scale", "height", "width")
+    #: (input files are matched by their content's digest, in what each side ran)
+    COMPARED = COMPARED + tuple(n for n in FAMILY_INPUTS if n not in FILE_INPUTS) + ("call_options",)
 

@@ -39,7 +39,8 @@ def widened(modules: Iterable[Any]) -> Iterator[None]:
 @contextlib.contextmanager
 def widened_torch() -> Iterator[None]:
     """Inside the block, torch's default dtype is float64 and a torch function mode turns every
-    narrow float dtype requested into float64.
+    narrow float dtype requested into float64, and every floating tensor ``torch.tensor`` makes
+    from data float64.
 
     The float64 reference must be float64 throughout: diffusers pins some computations to
     float32 whatever the weights (get_timestep_embedding in models/embeddings.py builds its
@@ -67,7 +68,13 @@ def widened_torch() -> Iterator[None]:
             func = to_double.get(func, func)
             args = tuple(widen(a) for a in args)
             kwargs = {k: widen(v) for k, v in (kwargs or {}).items()}
-            return func(*args, **kwargs)
+            out = func(*args, **kwargs)
+            if func is torch.tensor and kwargs.get("dtype") is None and out.is_floating_point():
+                # torch.tensor(data) keeps the dtype of tensors in data: a list of float32 scheduler
+                # values stays float32 (scheduling_unipc_multistep.py: b = torch.tensor(b), then
+                # torch.linalg.solve(R, b) with R float64)
+                out = out.double()
+            return out
 
     previous = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)

@@ -1,5 +1,5 @@
 """What a person reads of a comparison: report.json, comparison.png and divergence.png (layers.png
-with --layers), each written whole or not at all."""
+with --layers, frames.png for a video), each written whole or not at all."""
 from __future__ import annotations
 
 import os
@@ -9,7 +9,7 @@ from typing import Any, Dict
 from ..compare.result import Comparison
 from ..files import atomic_path, json_safe, write_json
 from .html import write_compare_page
-from .pictures import plot_comparison, plot_divergence, plot_layers
+from .pictures import plot_comparison, plot_divergence, plot_frames, plot_layers
 
 REPORT_VERSION = 1
 
@@ -48,6 +48,10 @@ def write_report(c: Comparison, out_dir: str) -> Dict[str, str]:
         plot_comparison(c, tmp)
     with atomic_path(paths["divergence.png"]) as tmp:
         plot_divergence(c, tmp)
+    if "per_frame" in c.final:
+        paths["frames.png"] = os.path.join(out_dir, "frames.png")
+        with atomic_path(paths["frames.png"]) as tmp:
+            plot_frames(c, tmp)
     if c.layers is not None:
         paths["layers.png"] = os.path.join(out_dir, "layers.png")
         with atomic_path(paths["layers.png"]) as tmp:

@@ -17,11 +17,8 @@ from __future__ import annotations
 import csv
 import io
 import math
-from typing import Any, Dict, List, Sequence, Union
+from typing import Any, Dict, List
 
-import numpy as np
-
-from ..compare.metrics import module_metrics  # noqa: F401 (its keys are the columns')
 from ..files import atomic_path
 
 #: msprobe's names (CompareConst), in msprobe's order.
@@ -33,7 +30,7 @@ XRAND_COLUMNS = ["xrand type", "xrand call", "xrand rel_l2", "xrand local_rel_l2
 COLUMNS = MSPROBE_COLUMNS + XRAND_COLUMNS
 
 #: Per-module keys of ``report.json`` ``"layers"."modules"`` each msprobe column reads; the ones
-#: layers.py does not write yet are computed by :func:`module_metrics` (see MISSING_KEYS).
+#: compare/layers.py writes them, computed by :func:`xrand.compare.metrics.module_metrics`.
 METRIC_KEYS = {"Cosine": "cosine", "MaxAbsErr": "max_abs", "MaxRelativeErr": "max_rel_err",
                "One Thousandth Err Ratio": "err_ratio_1e-3", "Five Thousandths Err Ratio": "err_ratio_5e-3"}
 

@@ -123,10 +123,18 @@ def _settings_args(s: Mapping[str, Any], scheduler: bool = True) -> List[str]:
         args += ["--prompt", s["prompt"]]
         if s.get("negative_prompt") is not None:
             args += ["--negative-prompt", s["negative_prompt"]]
-        args += ["--guidance-scale", fmt(s.get("guidance_scale", 7.5), "g")]
+    if s.get("guidance_scale") is not None:
+        args += ["--guidance-scale", fmt(s["guidance_scale"], "g")]
     for key in ("height", "width"):
         if s.get(key) is not None:
             args += [f"--{key}", str(s[key])]
+    for key in ("prompt_2", "negative_prompt_2", "prompt_3", "negative_prompt_3", "image", "mask", "frames"):
+        if s.get(key) is not None:
+            args += ["--" + key.replace("_", "-"), str(s[key])]
+    if s.get("strength") is not None:
+        args += ["--strength", fmt(s["strength"], "g")]
+    for key, value in sorted((s.get("call_options") or {}).items()):
+        args += ["--call-option", f"{key}={json.dumps(value)}"]
     return args
 
 
@@ -253,7 +261,8 @@ def frame_chart(frames: Sequence[Mapping[str, Any]], tolerance: float, floor: Op
 
 def render_compare(report: Mapping[str, Any], pictures: Pictures) -> str:
     """The page of one comparison (``report.json``'s dict); ``pictures``: PNG bytes by file name
-    (``comparison.png``, ``divergence.png``, ``layers.png``)."""
+    (``comparison.png``, ``divergence.png``, ``frames.png``, ``layers.png``). A video's error per
+    frame is frames.png, or a chart drawn from the JSON when the page has no such picture."""
     layers = report.get("layers")
     frames = report["final"].get("per_frame")
     floor = (report.get("noise_floor") or {}).get("rel_l2")
@@ -321,7 +330,7 @@ def write_compare_page(out_dir: str) -> Dict[str, str]:
     if report.get("layers"):
         paths["layers.csv"] = os.path.join(out_dir, "layers.csv")
         write_layers_csv(paths["layers.csv"], report["layers"])
-    pictures = {n: _read(out_dir, n) for n in ("comparison.png", "divergence.png", "layers.png")}
+    pictures = {n: _read(out_dir, n) for n in ("comparison.png", "divergence.png", "frames.png", "layers.png")}
     write_html(paths["report.html"], render_compare(report, pictures))
     return paths
 

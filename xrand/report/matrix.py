@@ -23,6 +23,7 @@ def matrix_dict(m: Matrix) -> Dict[str, Any]:
         "settings": asdict(m.settings),
         "tolerance": {"metric": "rel_l2 of the final images", "value": m.tolerance},
         "rows": [dict(asdict(r), label=r.label) for r in m.rows],
+        "left_out": m.left_out,
     })
 
 
@@ -40,6 +41,9 @@ def matrix_markdown(m: Matrix) -> str:
         draws = "-" if r.noise_draws is None else str(r.noise_draws)
         lines.append(f"| {r.scheduler} | {options} | {draws} | {_number(r.rel_l2)} | {_number(r.max_abs)} | "
                      f"{verdict} |")
+    if m.left_out:
+        lines += ["", "Left out, because the pipeline cannot run them:", ""]
+        lines += [f"- {label}: {why}" for label, why in m.left_out.items()]
     return "\n".join(lines) + "\n"
 
 

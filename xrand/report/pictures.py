@@ -11,11 +11,18 @@ from ..files import pyplot
 
 def plot_comparison(c: Any, path: str, max_items: int = 8) -> None:
     """One row per batch item: image A, image B, |A - B| as a heat map; the verdict above, wrapped
-    to the figure's width so that none of it is cut off."""
+    to the figure's width so that none of it is cut off. Videos (batch, frames, H, W, C): one
+    row per first, middle and last frame of each of the first two videos."""
     from .plots import wrap
 
     plt = pyplot()
     a, b = c.images["a"][:max_items], c.images["b"][:max_items]
+    labels = [f"#{i}" for i in range(len(a))]
+    if a.ndim == 5:
+        frames = sorted({0, a.shape[1] // 2, a.shape[1] - 1})
+        a, b = a[:2], b[:2]
+        labels = [f"#{i} frame {f}" for i in range(len(a)) for f in frames]
+        a, b = a[:, frames].reshape(-1, *a.shape[2:]), b[:, frames].reshape(-1, *b.shape[2:])
     rows = len(a)
     fig, axes = plt.subplots(rows, 3, figsize=(9, 3 * rows + 0.9), squeeze=False, layout="constrained")
     diff_max = float(np.max(np.abs(a - b))) or 1e-12
@@ -26,11 +33,11 @@ def plot_comparison(c: Any, path: str, max_items: int = 8) -> None:
                 ax.imshow(img[..., 0], cmap="gray", vmin=0, vmax=1, interpolation="nearest")
             else:
                 ax.imshow(np.clip(img, 0, 1), interpolation="nearest")
-            ax.set_title(f"{title} #{i}")
+            ax.set_title(f"{title} {labels[i]}")
             ax.axis("off")
         heat = axes[i, 2].imshow(np.abs(a[i] - b[i]).max(axis=-1), cmap="magma", vmin=0, vmax=diff_max,
                                  interpolation="nearest")
-        axes[i, 2].set_title("|difference|")
+        axes[i, 2].set_title(f"|difference| {labels[i]}")
         axes[i, 2].axis("off")
         fig.colorbar(heat, ax=axes[i, 2], fraction=0.046)
     fig.suptitle(wrap(c.verdict(), 125), fontsize=9)
@@ -38,11 +45,32 @@ def plot_comparison(c: Any, path: str, max_items: int = 8) -> None:
     plt.close(fig)
 
 
+def plot_frames(c: Any, path: str) -> None:
+    """A video's relative L2 and max |diff| per frame (``final["per_frame"]``) against the
+    tolerance; exact agreement on a band of its own."""
+    from .plots import ExactBand
+
+    plt = pyplot()
+    per_frame = c.final["per_frame"]
+    frames = np.arange(len(per_frame))
+    series = [("relative L2", [f["rel_l2"] for f in per_frame], "o-"),
+              ("max |diff|", [f["max_abs"] for f in per_frame], "s--")]
+    band = ExactBand([v for _, values, _ in series for v in values] + [c.tolerance])
+    fig, ax = plt.subplots(figsize=(10, 4), layout="constrained")
+    band.start(ax)
+    for label, values, style in series:
+        ax.plot(frames, band(values), style, ms=4, label=label)
+    ax.axhline(band([c.tolerance])[0], color="tab:red", lw=1, ls="--",
+               label=f"tolerance {c.tolerance:g} (relative L2 of the whole video)")
+    _finish_errors(fig, ax, band, frames, 40, "frame",
+                   f"{c.frameworks[0]} vs {c.frameworks[1]}: error per frame of the final video", path)
+
+
 def plot_divergence(c: Any, path: str) -> None:
     """Relative L2 and max |diff| per step, free running (global) and lockstep (local), against the
     tolerance and, when it was measured, torch's own float32-vs-float64 floor (the one the verdict
     names); exact agreement on a band of its own; the legend beside the plot, off the data."""
-    from .plots import ExactBand, legend_outside
+    from .plots import ExactBand
 
     plt = pyplot()
     steps = np.arange(1, len(c.global_steps) + 1)
@@ -64,15 +92,24 @@ def plot_divergence(c: Any, path: str) -> None:
     if floor is not None:
         ax.axhline(band([floor])[0], color="0.35", lw=1, ls="-.",
                    label=f"noise floor {floor:.3g}: torch {c.settings.dtype} vs float64, final images")
+    _finish_errors(fig, ax, band, steps, 30, "denoising step",
+                   f"{c.frameworks[0]} vs {c.frameworks[1]}: error per step", path)
+
+
+def _finish_errors(fig: Any, ax: Any, band: Any, xs: Any, max_ticks: int, xlabel: str, title: str, path: str) -> None:
+    """The end of an error plot: the exact band, a tick per point when they are few, labels, the
+    legend beside the plot, the file."""
+    from .plots import legend_outside
+
     band.finish(ax)
-    if len(steps) <= 30:
-        ax.set_xticks(steps)
-    ax.set_xlabel("denoising step")
+    if len(xs) <= max_ticks:
+        ax.set_xticks(xs)
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("difference")
-    ax.set_title(f"{c.frameworks[0]} vs {c.frameworks[1]}: error per step")
+    ax.set_title(title)
     legend_outside(ax, fontsize=8)
     fig.savefig(path, format="png", dpi=100)
-    plt.close(fig)
+    pyplot().close(fig)
 
 
 def plot_layers(layers: Any, path: str) -> None:

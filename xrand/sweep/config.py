@@ -1,7 +1,6 @@
 """The input of a sweep: ``--seeds`` and ``--scheduler`` parsing, scheduler labels, and :class:`SweepConfig`."""
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 

@@ -10,8 +10,14 @@ from typing import Dict, Tuple
 
 from ...checks import UsageError, UsageTypeError
 from .base import Recipe, flag
-from .stable_diffusion import StableDiffusionRecipe
+from .flux import FluxImg2ImgRecipe, FluxKontextRecipe, FluxRecipe
+from .ltx import LTXRecipe
+from .pixart import PixArtSigmaRecipe
+from .stable_diffusion import StableDiffusionImg2ImgRecipe, StableDiffusionInpaintRecipe, StableDiffusionRecipe
+from .stable_diffusion_3 import StableDiffusion3Recipe
+from .stable_diffusion_xl import StableDiffusionXLImg2ImgRecipe, StableDiffusionXLInpaintRecipe, StableDiffusionXLRecipe
 from .unconditional import DDIMRecipe, DDPMRecipe
+from .wan import WanRecipe
 
 #: pipeline class name -> its recipe.
 RECIPES: Dict[str, Recipe] = {}
@@ -25,7 +31,10 @@ def register_recipe(recipe: Recipe) -> Recipe:
     return recipe
 
 
-for _recipe in (DDIMRecipe(), DDPMRecipe(), StableDiffusionRecipe()):
+for _recipe in (DDIMRecipe(), DDPMRecipe(), StableDiffusionRecipe(), StableDiffusionImg2ImgRecipe(),
+                StableDiffusionInpaintRecipe(), StableDiffusionXLRecipe(), StableDiffusionXLImg2ImgRecipe(),
+                StableDiffusionXLInpaintRecipe(), StableDiffusion3Recipe(), FluxRecipe(), FluxImg2ImgRecipe(),
+                FluxKontextRecipe(), PixArtSigmaRecipe(), WanRecipe(), LTXRecipe()):
     register_recipe(_recipe)
 
 

@@ -7,9 +7,7 @@ from .base import Recipe
 class DDIMRecipe(Recipe):
     pipeline = "DDIMPipeline"
     native_schedulers = ("DDIMScheduler",)
-
-    def call_arguments(self, settings, generator):
-        return dict(super().call_arguments(settings, generator), eta=settings.eta)
+    takes_eta = True
 
 
 class DDPMRecipe(Recipe):

@@ -1,0 +1,377 @@
+"""The pipeline families people port, compared end to end through xrand on their tiny folders:
+SD image-to-image and inpainting, SDXL, SD3, Flux, PixArt-Sigma and Wan video. Each family runs
+free and in lockstep from one xrand seed; every noise draw is the generator's on both sides;
+flow models take every flow scheduler their pipeline runs; ``--layers`` finds a fault inside a
+transformer block; bad input is refused before any model loads."""
+import hashlib
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+import xrand
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("diffusers")
+ms = pytest.importorskip("mindspore")
+pytest.importorskip("mindone.diffusers")
+
+from xrand.cli import main  # noqa: E402
+from xrand.compare import LayerOptions, compare_loaded, compare_sides, load_pair, make_plan  # noqa: E402
+from xrand.compare.sides import CountingGenerator, run  # noqa: E402
+from xrand.models import build_tiny  # noqa: E402
+from xrand.pipelines.settings import Settings  # noqa: E402
+
+pytestmark = pytest.mark.skipif(ms.get_context("device_target") != "CPU", reason="runs mindone on the CPU")
+
+PROMPT = "a red circle on a blue square"
+TINY_TEXT = dict(height=32, width=32, call_options={"max_sequence_length": 32})
+CHUNK = "Tensor.chunk"  # why the flow transformers run PyNative (recipes/stable_diffusion_3.py)
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    root = tmp_path_factory.mktemp("families")
+    return {name: str(build_tiny(name, root / name)) for name in ("sd", "sd-inpaint", "sdxl", "sd3", "flux", "pixart",
+                                                                    "wan", "ltx")}
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """A 32x32 input image and a mask (white: repaint), as PNG files."""
+    from PIL import Image
+
+    root = tmp_path_factory.mktemp("inputs")
+    pixels = (np.random.default_rng(0).random((32, 32, 3)) * 255).astype(np.uint8)
+    mask = np.zeros((32, 32), np.uint8)
+    mask[8:24, 8:24] = 255
+    Image.fromarray(pixels).save(root / "image.png")
+    Image.fromarray(mask).save(root / "mask.png")
+    return {"image": str(root / "image.png"), "mask": str(root / "mask.png")}
+
+
+# family -> (tiny folder, pipeline (None: the folder's), settings, input files, MindSpore's mode, why not graph)
+FAMILIES = {
+    "sd-img2img": ("sd", "StableDiffusionImg2ImgPipeline", dict(steps=4, strength=0.5), ("image",), "graph", None),
+    "sd-inpaint": ("sd-inpaint", None, dict(steps=4, strength=0.5, height=32, width=32), ("image", "mask"), "graph",
+                   None),
+    "sdxl": ("sdxl", None, dict(height=32, width=32), (), "graph", None),
+    "sdxl-img2img": ("sdxl", "StableDiffusionXLImg2ImgPipeline", dict(steps=4, strength=0.5), ("image",), "graph",
+                     None),
+    "sdxl-inpaint": ("sdxl", "StableDiffusionXLInpaintPipeline", dict(steps=4, strength=0.5, height=32, width=32),
+                     ("image", "mask"), "graph", None),
+    "sd3": ("sd3", None, TINY_TEXT, (), "pynative", CHUNK),
+    "flux": ("flux", None, TINY_TEXT, (), "pynative", CHUNK),
+    "flux-img2img": ("flux", "FluxImg2ImgPipeline", dict(TINY_TEXT, steps=4, strength=0.5), ("image",), "pynative",
+                     CHUNK),
+    # Kontext would resize its input to a preferred resolution and its output to max_area (1024x1024)
+    "flux-kontext": ("flux", "FluxKontextPipeline", dict(TINY_TEXT, call_options={
+        "max_sequence_length": 32, "_auto_resize": False, "max_area": 32 * 32}), ("image",), "pynative", CHUNK),
+    "pixart": ("pixart", None, dict(TINY_TEXT, call_options={"max_sequence_length": 32,
+                                                             "use_resolution_binning": False}),
+               (), "pynative", "Tensor.repeat_interleave"),
+    "wan": ("wan", None, dict(TINY_TEXT, frames=5), (), "pynative", CHUNK),
+    "ltx": ("ltx", None, dict(TINY_TEXT, frames=9), (), "pynative", "PowScalarTensor"),
+}
+
+
+def settings(folders, files, family, **override):
+    """The family's tiny run (2 denoising steps, batch 1), with ``override``."""
+    folder, pipeline, values, inputs, _, _ = FAMILIES[family]
+    values = {"steps": 2, **values, **{name: files[name] for name in inputs}, **override}
+    return Settings(model=folders[folder], pipeline=pipeline, prompt=PROMPT, batch_size=1, seed=1, **values)
+
+
+@pytest.fixture(scope="module")
+def pairs(folders, files):
+    """Both libraries' pipelines of a family, loaded once."""
+    loaded = {}
+
+    def pair(family):
+        if family not in loaded:
+            loaded[family] = load_pair(settings(folders, files, family))
+        return loaded[family]
+
+    return pair
+
+
+# ---------------------------------------------------------------- end to end, free and in lockstep
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_mindspore_runs_graph_mode_where_the_denoiser_compiles_for_a_cpu_and_says_why_not(folders, files, family):
+    *_, mode, reason = FAMILIES[family]
+    plan = make_plan(settings(folders, files, family))  # graph mode asked, the default
+    assert (plan.mindspore_mode, plan.mindspore_mode_reason is None) == (mode, reason is None)
+    assert reason is None or reason in plan.mindspore_mode_reason
+    ascend = make_plan(settings(folders, files, family), devices={"mindspore": "Ascend"}, frameworks=("mindspore",))
+    assert (ascend.mindspore_mode, ascend.mindspore_mode_reason) == ("graph", None)  # Ascend has the kernels
+
+
+@pytest.mark.parametrize("family", [f for f in FAMILIES if f != "wan"])
+def test_each_family_agrees_end_to_end_and_in_lockstep(pairs, folders, files, family):
+    """PyNative here (graph mode only adds compile time to a test; the next test runs SDXL's graphs)."""
+    plan = make_plan(settings(folders, files, family), lockstep=True, mindspore_mode="pynative")
+    c = compare_loaded(pairs(family), plan)
+    assert c.passed and c.final["rel_l2"] < 1e-4, c.verdict()
+    assert c.ran["a"]["pipeline"] == c.ran["b"]["pipeline"] == plan.pipeline  # the library's own pipeline
+    frames = (plan.settings.frames,) if plan.settings.frames else ()  # a video: (batch, frames, H, W, C)
+    assert c.images["a"].shape == (1, *frames, 32, 32, 3) and len(c.local_steps) == len(c.timesteps) >= 2
+    assert all(r["sample"]["rel_l2"] < 1e-4 for r in c.local_steps), c.local_steps
+    other = run(pairs(family).torch, plan.cell(seed=2))  # the check can fail: another seed is far
+    assert np.linalg.norm(other.images - c.images["a"]) / np.linalg.norm(c.images["a"]) > 5e-3
+
+
+def test_sdxl_in_graph_mode_gives_pynatives_bits(pairs, folders, files):
+    """Its two text encoders, its UNet with the added conditioning, and its VAE, compiled."""
+    plan = make_plan(settings(folders, files, "sdxl"))
+    graph = run(pairs("sdxl").mindspore, plan)
+    assert graph.environment["mindspore_mode"] == "graph"
+    pynative = run(pairs("sdxl").mindspore, make_plan(settings(folders, files, "sdxl"), mindspore_mode="pynative"))
+    np.testing.assert_array_equal(graph.images, pynative.images)
+
+
+def test_wan_video_per_frame_and_mindones_unscaled_vae_attention(pairs, folders, files, monkeypatch, tmp_path):
+    """mindone 0.5.0's Wan VAE calls FlashAttentionScore with its default scale 1.0
+    (mindone/diffusers/models/autoencoders/autoencoder_kl_wan.py, AttentionBlock) where diffusers
+    scales by 1/sqrt(channels): the latents agree, the decoded video does not; scaled as
+    diffusers scales, it does."""
+    from test_tiny_families import scale_wan_vae_attention_as_diffusers
+    from xrand.report.compare import write_report
+
+    plan = make_plan(settings(folders, files, "wan", steps=3), lockstep=True, noise_floor=True)
+    c = compare_loaded(pairs("wan"), plan)
+    assert c.images["a"].shape == (1, 5, 32, 32, 3)
+    assert c.noise_floor["rel_l2"] < 1e-5  # torch in float64 through UniPC's third-order linalg.solve
+    assert not c.passed and c.final["rel_l2"] > 1e-2, c.verdict()
+    assert c.global_steps[-1]["rel_l2"] < 1e-3  # the last latents
+    assert all(r["sample"]["rel_l2"] < 1e-3 for r in c.local_steps)
+    frames = c.final["per_frame"]
+    assert len(frames) == 5 and all(set(f) >= {"rel_l2", "max_abs", "psnr_db"} for f in frames)
+    a, b = c.images["a"], c.images["b"]
+    assert frames[2]["rel_l2"] == pytest.approx(np.linalg.norm(a[:, 2] - b[:, 2]) / np.linalg.norm(a[:, 2]))
+    paths = write_report(c, str(tmp_path))
+    report = json.load(open(paths["report.json"]))
+    assert [f["rel_l2"] for f in report["final"]["per_frame"]] == [f["rel_l2"] for f in frames]
+    assert "frames.png" in paths and 'alt="error per frame of the video"' in open(paths["report.html"]).read()
+
+    scale_wan_vae_attention_as_diffusers(monkeypatch)
+    assert compare_loaded(pairs("wan"), plan.cell(seed=1)).passed
+
+
+# ---------------------------------------------------------------- every draw from the xrand generator
+
+class Recorder(CountingGenerator):
+    """Every draw: its shape, dtype and a digest of its values, in order."""
+
+    def __init__(self, seed):
+        super().__init__(seed)
+        self.draws = []
+
+    def _draw(self, shape, dtype):
+        values = super()._draw(shape, dtype)
+        self.draws.append((tuple(shape), str(dtype), hashlib.sha256(values.tobytes()).hexdigest()))
+        return values
+
+
+@pytest.mark.parametrize("family, scheduler, shapes", [
+    ("sd-img2img", None, [(1, 4, 16, 16)] * 2),  # the image's VAE sample, add_noise's noise
+    ("sd-inpaint", None, [(1, 4, 16, 16)] * 3),  # the image's VAE sample, the noise, the masked image's sample
+    ("flux", None, [(1, 16, 16, 16)]),  # drawn 4-D, then packed 2x2 into tokens
+    ("wan", None, [(1, 16, 2, 4, 4)]),  # 5-D: (batch, channels, frames, height, width)
+    ("ltx", None, [(1, 8, 3, 8, 8)]),  # 5-D, then packed into tokens
+    ("sd3", "dpm++-2m-sde", [(1, 16, 16, 16)] * 3),  # the latents, each step's noise (SD3 passes step() none)
+])
+def test_every_draw_comes_from_the_xrand_generator_on_both_sides(pairs, folders, files, family, scheduler, shapes):
+    plan = make_plan(settings(folders, files, family, scheduler=scheduler), mindspore_mode="pynative")
+    recorded = {}
+    for loaded in pairs(family).sides():
+        generator = Recorder(plan.settings.seed)
+        side = run(loaded, plan, generator=generator)
+        recorded[loaded.framework] = generator.draws
+        assert side.ran["generator_added_to_step"] or scheduler is None  # SD3 passes step() none
+    assert recorded["torch"] == recorded["mindspore"]
+    assert [shape for shape, _, _ in recorded["torch"]] == shapes
+
+
+# ---------------------------------------------------------------- flow-matching schedulers
+
+def test_scheduler_all_on_a_flow_model_runs_every_flow_scheduler_its_pipeline_takes(folders, tmp_path):
+    args = ["compare", "--model", folders["flux"], "--prompt", PROMPT, "--scheduler", "all", "--steps", "2",
+            "--batch-size", "1", "--height", "32", "--width", "32", "--call-option", "max_sequence_length=32",
+            "--quiet", "--out", str(tmp_path)]
+    assert main(args) == 0
+    matrix = json.load(open(tmp_path / "matrix.json"))
+    ran = {(r["scheduler"], r["options"].get("algorithm_type")) for r in matrix["rows"]}
+    assert ran == {("FlowMatchEulerDiscreteScheduler", None), ("DPMSolverMultistepScheduler", "dpmsolver++"),
+                   ("DPMSolverMultistepScheduler", "sde-dpmsolver++"), ("DPMSolverSinglestepScheduler", "dpmsolver++"),
+                   ("UniPCMultistepScheduler", None), ("DEISMultistepScheduler", None)}
+    assert all(r["verdict"] == "pass" and r["ran"]["a"]["scheduler_config"]["use_dynamic_shifting"]
+               for r in matrix["rows"])
+    # FluxPipeline hands set_timesteps its own sigmas and mu: schedulers that take neither are left out, saying so
+    assert set(matrix["left_out"]) == {"FlowMatchHeunDiscrete",
+                                       'SASolver prediction_type="flow_prediction" use_flow_sigmas=true'}
+    assert "sigmas and mu to set_timesteps" in matrix["left_out"]["FlowMatchHeunDiscrete"]
+
+
+def test_a_flow_capable_solver_alias_gets_the_flow_options_on_a_flow_model(folders, files):
+    plan = make_plan(settings(folders, files, "sd3", scheduler="dpm++-2m"))
+    assert plan.scheduler.config["use_flow_sigmas"] and plan.scheduler.config["prediction_type"] == "flow_prediction"
+    assert plan.settings.scheduler_options == {"algorithm_type": "dpmsolver++"}  # as the user gave them
+    sdxl = make_plan(settings(folders, files, "sdxl", scheduler="dpm++-2m"))  # a noise model keeps epsilon
+    assert sdxl.scheduler.config.get("prediction_type", "epsilon") == "epsilon"
+
+
+@pytest.mark.parametrize("family, scheduler, options, match", [
+    ("flux", "FlowMatchHeunDiscrete", {}, "scheduler FlowMatchHeunDiscreteScheduler cannot drive FluxPipeline: "
+                                          "FluxPipeline passes sigmas and mu to set_timesteps"),
+    ("flux", "euler-a", {}, "cannot drive FluxPipeline, a flow-matching .* accepted: DPMSolverMultistepScheduler"),
+    ("sdxl", "FlowMatchEulerDiscrete", {}, "cannot drive StableDiffusionXLPipeline, a noise-prediction"),
+    ("sd3", "FlowMatchEulerDiscrete", {"stochastic_sampling": True}, "draws with randn_like from the framework's "
+                                                                     "global RNG"),
+])
+def test_a_scheduler_the_pipeline_cannot_run_is_refused_before_work(folders, files, family, scheduler, options,
+                                                                     match):
+    with pytest.raises(xrand.UsageError, match=match):
+        make_plan(settings(folders, files, family, scheduler=scheduler, scheduler_options=options))
+
+
+# ---------------------------------------------------------------- --layers inside a transformer
+
+def test_layers_name_a_fault_inside_a_transformer_block(pairs, folders, files):
+    """A 1e-3 fault in one MindSpore cell of SD3's MMDiT is the culprit (the last step, under
+    a threshold above MindSpore's own timestep-embedding difference)."""
+    fault = "transformer_blocks.1.ff.net.2"
+    pair = pairs("sd3")
+    cell = dict(pair.mindspore.pipe.transformer.cells_and_names())[fault]
+    handle = cell.register_forward_hook(lambda cell, args, output: output * (1 + 1e-3))
+    try:
+        plan = make_plan(settings(folders, files, "sd3"), layers=LayerOptions(step=1, threshold=5e-4))
+        report = compare_loaded(pair, plan).layers
+    finally:
+        handle.remove()
+    assert report.culprit == fault, report.summary()
+    assert not report.unmatched["torch"] and not report.unmatched["mindspore"]
+    row = next(m for m in report.modules if m.label == fault)
+    assert row.local_rel_l2 == pytest.approx(1e-3, rel=0.05) and row.type == "Linear"
+
+
+# ---------------------------------------------------------------- inputs: checked before any model loads
+
+def test_input_files_are_compared_by_content_not_path(pairs, folders, files, tmp_path):
+    copy = tmp_path / "same.png"
+    shutil.copy(files["image"], copy)
+    plan = make_plan(settings(folders, files, "sd-img2img"), mindspore_mode="pynative")
+    a = run(pairs("sd-img2img").torch, plan)
+    moved = make_plan(settings(folders, files, "sd-img2img", image=str(copy)), mindspore_mode="pynative")
+    assert compare_sides(a, run(pairs("sd-img2img").mindspore, moved)).passed
+    from PIL import Image
+
+    Image.fromarray(255 - np.asarray(Image.open(copy))).save(tmp_path / "other.png")
+    other = make_plan(settings(folders, files, "sd-img2img", image=str(tmp_path / "other.png")),
+                      mindspore_mode="pynative")
+    with pytest.raises(xrand.UsageError, match="not comparable: .*--image file: sha256:"):
+        compare_sides(a, run(pairs("sd-img2img").mindspore, other))
+
+
+@pytest.mark.parametrize("family, override, match", [
+    ("sd-img2img", dict(image=None), r"StableDiffusionImg2ImgPipeline needs an image: give it --image"),
+    ("sd-inpaint", dict(mask="/no/such/mask.png"), r"--mask '/no/such/mask.png' cannot be read: No such file"),
+    ("sd-img2img", dict(image=__file__), r"--image '.*test_families.py' is not an image file Pillow can read"),
+    ("sdxl", dict(frames=5), r"StableDiffusionXLPipeline takes no frames \(--frames 5\); its inputs: --prompt, "
+                             r"--prompt-2"),
+    ("wan", dict(frames=6), r"--frames must be 4k \+ 1 for this WanPipeline \(its VAE compresses time 4x\), got 6; "
+                            r"e.g. 5"),
+    ("sd3", dict(height=34), r"--height must be a multiple of 4 for StableDiffusion3Pipeline, got 34"),
+    ("sd3", dict(call_options={"max_seq": 3}), r"StableDiffusion3Pipeline's call takes no 'max_seq' "
+                                                r"\(--call-option max_seq=...\); accepted: sigmas, latents"),
+    ("sd3", dict(call_options={"num_inference_steps": 3}), r"call option 'num_inference_steps' is set by xrand"),
+    ("flux", dict(call_options={"prompt_2": "x"}), r"call option 'prompt_2' is FluxPipeline's input prompt_2: "
+                                                   r"give it --prompt-2"),
+    ("sd3", dict(eta=0.5), r"StableDiffusion3Pipeline takes no eta \(--eta 0.5\)"),
+])
+def test_bad_family_input_is_refused_before_any_model_loads(folders, files, family, override, match):
+    with pytest.raises(xrand.UsageError, match=match):
+        make_plan(settings(folders, files, family, **override))
+
+
+def test_cli_family_input_errors_are_one_line_and_exit_2(folders, capsys, tmp_path):
+    base = ["compare", "--model", folders["sd"], "--prompt", PROMPT, "--out", str(tmp_path)]
+    for extra, message in [
+        (["--pipeline", "StableDiffusionImg2ImgPipeline", "--image", str(tmp_path / "none.png")],
+         "cannot be read"),
+        (["--call-option", "clip_skip=1", "--call-option", "clip_skip=2"], "--call-option clip_skip is given twice"),
+        (["--call-option", "clip_skip"], "call option 'clip_skip': expected KEY=VALUE, e.g. max_sequence_length=64"),
+        (["--strength", "1.5"], r"strength must be a number in (0, 1], got 1.5"),
+    ]:
+        assert main(base + extra) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err, err
+
+
+def test_recipes_name_keywords_both_libraries_take():
+    """Every registered recipe's inputs, batch keyword and eta are parameters of both libraries'
+    pipeline call, under the same names."""
+    import inspect
+
+    import diffusers
+    import mindone.diffusers
+
+    from xrand.pipelines.recipes import RECIPES
+
+    for name, recipe in RECIPES.items():
+        calls = [set(inspect.signature(getattr(lib, name).__call__).parameters) for lib in (diffusers,
+                                                                                            mindone.diffusers)]
+        assert calls[0] == calls[1], name
+        wanted = {recipe.call_names.get(n, n) for n in recipe.inputs} | {recipe.batch_argument, "num_inference_steps"}
+        assert wanted <= calls[0], (name, wanted - calls[0])
+        assert recipe.takes_eta == ("eta" in calls[0]), name
+
+
+def test_the_coverage_page_names_a_real_test_for_every_recipe():
+    """docs/pipelines.md (scripts/pipeline_coverage.py) says "compared" for every registered recipe,
+    with a test that exists."""
+    import importlib.util
+    import pathlib
+    import re
+
+    from xrand.pipelines.recipes import RECIPES
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("pipeline_coverage", root / "scripts" / "pipeline_coverage.py")
+    coverage = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(coverage)
+    page = (root / "docs" / "pipelines.md").read_text()
+    assert set(coverage.TESTS) == set(RECIPES)
+    for pipeline, test in coverage.TESTS.items():
+        path, _, name = test.partition("::")
+        function, _, case = name.partition("[")
+        source = (root / path).read_text()
+        assert f"def {function}(" in source, test
+        assert not case or f'"{case.rstrip("]")}"' in source, test
+        assert re.search(rf"^\| {pipeline} \| yes \| `{re.escape(test)}` \|$", page, re.M), pipeline
+
+
+def test_python_m_xrand_models_writes_a_tiny_folder(tmp_path, capsys):
+    from xrand.models.__main__ import main as models_main
+
+    assert models_main(["pixart", str(tmp_path / "p")]) == 0
+    assert "PixArtSigmaPipeline" in capsys.readouterr().out and (tmp_path / "p" / "model_index.json").exists()
+    assert models_main(["pixart", str(tmp_path / "p")]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_the_command_on_a_report_page_gives_the_same_family_settings(files):
+    """report.html's command (report.html.compare_command) carries every family input back."""
+    import dataclasses
+    import shlex
+
+    from xrand.cli import _settings, build_parser
+    from xrand.report.html import compare_command
+
+    given = Settings(model="tiny-sdxl", pipeline="StableDiffusionXLInpaintPipeline", prompt=PROMPT, prompt_2="a cat",
+                     negative_prompt_2="a dog", image=files["image"], mask=files["mask"], strength=0.5, steps=4,
+                     batch_size=1, call_options={"aesthetic_score": 5.5, "clip_skip": 1})
+    report = {"settings": dataclasses.asdict(given), "tolerance": {"value": 5e-3}, "steps": [], "environment": {}}
+    args = build_parser().parse_args(shlex.split(compare_command(report))[1:])
+    assert _settings(args) == given

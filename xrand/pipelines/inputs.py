@@ -1,0 +1,61 @@
+"""A pipeline's input files (``--image``, ``--mask``): read, checked and digested once per file version.
+
+Both sides get the same picture: the file decoded by Pillow, an image as RGB (an alpha channel
+or a palette would give the image processors other channel counts) and a mask as one channel
+(``L``; white repaints). What makes two runs comparable is the file's content, not its path
+(side files travel between machines), so each file is known by the sha256 of its bytes.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..checks import UsageError
+
+#: Pillow's mode for each input file: what both libraries' image processors are given.
+MODES = {"image": "RGB", "mask": "L"}
+
+
+@dataclass(frozen=True)
+class InputFile:
+    """One input file: its path, the sha256 of its bytes, its size in pixels and the decoded picture."""
+
+    path: str
+    digest: str
+    size: tuple  # (width, height)
+    picture: Any = field(repr=False)
+
+    def image(self) -> Any:
+        """A copy of the picture for one run (a pipeline gets its own object)."""
+        return self.picture.copy()
+
+
+def read_input(name: str, path: str) -> InputFile:
+    """The file given as input ``name`` (``"image"`` or ``"mask"``), decoded; ``UsageError`` naming
+    the file and why when it is missing or not a picture Pillow reads."""
+    try:
+        stat = os.stat(path)
+    except OSError as exc:
+        raise UsageError(f"--{name} {path!r} cannot be read: {exc.strerror or exc}; give an image file "
+                         "(PNG, JPEG, WebP...)") from None
+    return _read(name, os.path.realpath(path), path, stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=16)
+def _read(name: str, real: str, path: str, size: int, mtime_ns: int) -> InputFile:
+    """Read once per file version (both sides of a comparison and every run read the same file)."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with open(real, "rb") as f:
+            data = f.read()
+        with Image.open(real) as opened:
+            picture = opened.convert(MODES[name])
+    except (OSError, UnidentifiedImageError, ValueError) as exc:
+        raise UsageError(f"--{name} {path!r} is not an image file Pillow can read ({type(exc).__name__}); "
+                         "give a PNG, JPEG or WebP file") from None
+    return InputFile(path=path, digest="sha256:" + hashlib.sha256(data).hexdigest(), size=picture.size,
+                     picture=picture)
