@@ -35,6 +35,22 @@ def ms(mindone):
     return mindspore
 
 
+def unipc_flow_timesteps_agree(steps=3):
+    """Whether diffusers' and mindone's UniPCMultistepScheduler give the same timesteps with flow
+    sigmas (Wan's scheduler config). diffusers 0.35.2 and mindone 0.5.0 do; diffusers 0.39.0 starts
+    the flow sigmas at 1 - 1e-6 where they start at 1 - 1/1000 (timesteps 999, 750 against 999, 749
+    for 2 steps), so the libraries part there before any model runs."""
+    import diffusers
+    import mindone.diffusers
+    import numpy as np
+
+    config = dict(use_flow_sigmas=True, prediction_type="flow_prediction", flow_shift=3.0)
+    a, b = diffusers.UniPCMultistepScheduler(**config), mindone.diffusers.UniPCMultistepScheduler(**config)
+    a.set_timesteps(steps)
+    b.set_timesteps(steps)
+    return np.allclose(np.asarray(a.timesteps, float), b.timesteps.asnumpy().astype(float), rtol=1e-3, atol=1e-3)
+
+
 def make_tiny_model(path):
     """A random 1-channel UNet2DModel with an attention block, saved as a DDIMPipeline folder
     (needs torch and diffusers only; mindone reads the same folder)."""

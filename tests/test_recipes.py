@@ -104,7 +104,7 @@ def test_generic_loop_equals_diffusers_own_pipeline_for_euler_ancestral(tiny_mod
     np.testing.assert_array_equal(side.states[-1], x.numpy())
 
 
-def test_ddpm_pipeline_agrees_in_lockstep(tiny_model):
+def test_ddpm_pipeline_agrees_in_lockstep(mindone, tiny_model):
     """DDPMPipeline itself (its scheduler, DDPM, as the folder's config builds it): noise at every step."""
     from xrand.compare import compare_frameworks
 

@@ -26,6 +26,7 @@ class Row:
     max_abs: Optional[float] = None
     max_local_rel_l2: Optional[float] = None  # with lockstep
     error: Optional[str] = None
+    note: Optional[str] = None  # why a FAIL that is not about the numbers alone failed
     ran: Dict[str, Any] = field(default_factory=dict)
     mindspore_mode: Optional[str] = None  # what MindSpore ran, and what its compile cache did
     mindspore_compile_cache: Optional[str] = None
@@ -78,6 +79,8 @@ def run_matrix(plan: Plan, entries: Optional[Sequence[Tuple[str, Dict[str, Any]]
             row.verdict = "pass" if c.passed else "fail"
             row.noise_draws = c.ran["a"].get("noise_draws")
             row.rel_l2, row.max_abs = c.final["rel_l2"], c.final["max_abs"]
+            if c.timesteps_b is not None:
+                row.note = "the schedulers' timesteps differ"
             if c.local_steps:
                 row.max_local_rel_l2 = max(r["sample"]["rel_l2"] for r in c.local_steps)
             row.ran = c.ran

@@ -30,7 +30,8 @@ def report_dict(c: Comparison) -> Dict[str, Any]:
         "final": c.final,
         "initial_noise": c.initial_noise,
         "steps": [
-            {"step": i, "timestep": t, "global": g, **({"local": c.local_steps[i]} if c.local_steps else {})}
+            {"step": i, "timestep": t, "global": g, **({"local": c.local_steps[i]} if c.local_steps else {}),
+             **({"timestep_b": c.timesteps_b[i]} if c.timesteps_b else {})}
             for i, (t, g) in enumerate(zip(c.timesteps, c.global_steps))
         ],
         "seconds": c.seconds,

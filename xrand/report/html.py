@@ -19,7 +19,7 @@ Keys each page reads (keep them stable):
   ``max_abs``, ``floor_rel_l2``, ``limit`` when present).
 - matrix: ``verdict``, ``summary``, ``settings``, ``tolerance.value``, ``command`` (optional),
   ``rows[]`` (``label``, ``scheduler``, ``options``, ``verdict``, ``noise_draws``, ``rel_l2``,
-  ``max_abs``, ``max_local_rel_l2``, ``error``, ``mindspore_mode``, ``mindspore_compile_cache``).
+  ``max_abs``, ``max_local_rel_l2``, ``error``, ``note``, ``mindspore_mode``, ``mindspore_compile_cache``).
 - sweep: ``verdict``, ``cells``, ``finished``, ``ran_now``, ``settings``, ``command`` (optional),
   ``schedulers.NAME`` (``cells``, ``finished``, ``passed``, ``failed``, ``errors``,
   ``pass_rate``, ``pass_rate_95``, ``rel_l2`` / ``psnr_db`` / ``ssim`` quantiles); each row of

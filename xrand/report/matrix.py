@@ -37,7 +37,7 @@ def matrix_markdown(m: Matrix) -> str:
              "| --- | --- | --- | --- | --- | --- |"]
     for r in m.rows:
         options = ", ".join(f"{k}={json.dumps(v)}" for k, v in sorted(r.options.items())) or "-"
-        verdict = r.verdict.upper() + (f" ({r.error})" if r.error else "")
+        verdict = r.verdict.upper() + (f" ({r.error or r.note})" if r.error or r.note else "")
         draws = "-" if r.noise_draws is None else str(r.noise_draws)
         lines.append(f"| {r.scheduler} | {options} | {draws} | {_number(r.rel_l2)} | {_number(r.max_abs)} | "
                      f"{verdict} |")
