@@ -37,9 +37,9 @@ def ms(mindone):
 
 def unipc_flow_timesteps_agree(steps=3):
     """Whether diffusers' and mindone's UniPCMultistepScheduler give the same timesteps with flow
-    sigmas (Wan's scheduler config). diffusers 0.35.2 and mindone 0.5.0 do; diffusers 0.39.0 starts
-    the flow sigmas at 1 - 1e-6 where they start at 1 - 1/1000 (timesteps 999, 750 against 999, 749
-    for 2 steps), so the libraries part there before any model runs."""
+    sigmas (Wan's scheduler config). diffusers 0.35.2 and mindone 0.5.0 do; diffusers 0.39.0 takes
+    the flow sigmas (before the shift) from 1 (less 1e-6) down where they take them from 1 - 1/1000
+    (timesteps 999, 750 against 999, 749 for 2 steps), so the libraries part there before any model runs."""
     import diffusers
     import mindone.diffusers
     import numpy as np
