@@ -329,7 +329,7 @@ def _add_settings(p: argparse.ArgumentParser) -> None:
                                                                       "(DDIM, TCD) in [0, 1] (default 0)")
     p.add_argument("--stream", default=DEFAULT_STREAM,
                    help=f"noise stream: torch-cpu, torch-cuda, pcg64 (default {DEFAULT_STREAM})")
-    p.add_argument("--dtype", default=_default("dtype"), choices=list(DTYPES), help="model dtype")
+    p.add_argument("--dtype", default=_default("dtype"), help=f"model dtype: {', '.join(DTYPES)} (default float32)")
     p.add_argument("--prompt", help="text prompt (text-to-image pipelines)")
     p.add_argument("--negative-prompt", help="negative prompt (text-to-image pipelines)")
     p.add_argument("--guidance-scale", type=float,

@@ -23,15 +23,15 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from ..checks import UsageError, UsageTypeError
 from ..pipelines import schedulers
 from ..pipelines.folder import ModelFolder, check_components, read_folder
-from ..pipelines.frameworks import (DEFAULT_MINDSPORE_MODE, FRAMEWORKS, check_framework, check_mindspore_mode,
-                                    framework)
+from ..pipelines.frameworks import (BFLOAT16_ON_CPU, DEFAULT_MINDSPORE_MODE, FRAMEWORKS, check_framework,
+                                    check_mindspore_mode, framework)
 from ..pipelines.inputs import read_input
 from ..pipelines.quiet import silenced
 from ..pipelines.recipes import Recipe, recipe as recipe_named
 from ..pipelines.settings import Settings
 
 #: mindone's own torch-vs-MindSpore pipeline tests accept these relative L2 errors.
-DEFAULT_TOLERANCE = {"float32": 5e-3, "float16": 5e-2}
+DEFAULT_TOLERANCE = {"float32": 5e-3, "float16": 5e-2, "bfloat16": 5e-2}
 
 
 @dataclass(frozen=True)
@@ -154,6 +154,9 @@ def make_plan(settings: Settings, *, frameworks: Sequence[str] = FRAMEWORKS,
     if mindspore_mode == "graph" and recipe.pynative_only and "mindspore" in frameworks \
             and framework("mindspore").compiles_on_cpu(devices["mindspore"]):
         mindspore_mode, mode_reason = "pynative", recipe.pynative_only
+    if mindspore_mode == "graph" and settings.dtype == "bfloat16" and "mindspore" in frameworks \
+            and framework("mindspore").compiles_on_cpu(devices["mindspore"]):
+        mindspore_mode, mode_reason = "pynative", BFLOAT16_ON_CPU
     return Plan(settings=settings, folder=folder, recipe=recipe, scheduler=scheduler, frameworks=frameworks,
                 devices=devices, tolerance=tolerance, mindspore_mode=mindspore_mode, lockstep=bool(lockstep),
                 layers=layers, noise_floor=bool(noise_floor), denoiser_calls=calls, input_files=input_files,
@@ -215,7 +218,7 @@ def fitting_schedulers(recipe: Recipe, base: Mapping[str, Any], library: Any) ->
 def _check_call_options(settings: Settings, recipe: Recipe, scheduler: SchedulerPlan, library: Any) -> None:
     """Call options go to the library pipeline's call: refused when the run makes none (the
     generic loop) or the call takes no such keyword."""
-    if not recipe.runs_library_pipeline(scheduler.cls):
+    if not recipe.runs_library_pipeline(scheduler.cls, settings.dtype):
         raise UsageError(f"call options ({', '.join(settings.call_options)}) go to {recipe.pipeline}'s call, which "
                          f"a run with {scheduler.cls} does not make (it runs xrand's denoising loop)")
     with silenced():  # the first use of a pipeline class imports its module

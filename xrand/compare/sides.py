@@ -35,7 +35,8 @@ class Side:
     ``ran``: the pipeline (or ``"denoising_loop"``), scheduler class, scheduler options, step
     options and full scheduler config this side actually ran, the noise values drawn
     during the steps (``noise_draws``), whether xrand gave ``step`` the generator the pipeline
-    did not pass, and the input files' digests. ``recording``: the denoiser calls and steps kept for
+    did not pass, the input files' digests, the dtype and the operators that ran through a
+    half-precision stand-in (``half_precision_stand_ins``: kernel -> dtypes; MindSpore on a CPU). ``recording``: the denoiser calls and steps kept for
     lockstep and layers (not saved in side files).
     """
 
@@ -120,10 +121,10 @@ def run(loaded: Loaded, plan: Plan, *, generator: Optional[CountingGenerator] = 
         generator = CountingGenerator(settings.seed, stream=settings.stream)
     use_xrand_brownian(pipe.scheduler, generator, fw.name)  # DPMSolverSDE, CosineDPMSolverMultistep
     boundary = Boundary(fw, plan.scheduler.step_options, generator, record_calls, record_steps, feed)
-    library_pipeline = recipe.runs_library_pipeline(plan.scheduler.cls)
+    library_pipeline = recipe.runs_library_pipeline(plan.scheduler.cls, settings.dtype)
     start = time.perf_counter()
     with patched(fw.library), fw.running(loaded.device, plan.mindspore_mode, plan.graph_identity()) as state, \
-            boundary.attached(recipe.denoiser_of(pipe), pipe.scheduler):
+            fw.half_precision(settings.dtype) as stand_ins, boundary.attached(recipe.denoiser_of(pipe), pipe.scheduler):
         if library_pipeline:
             images = pipe(**plan.call_arguments(generator), return_dict=False)[0]
         else:
@@ -152,6 +153,8 @@ def run(loaded: Loaded, plan: Plan, *, generator: Optional[CountingGenerator] = 
             "noise_draws": generator.drawn - boundary.drawn_before_steps,
             "generator_added_to_step": boundary.generator_added,
             "input_files": dict(plan.input_files),
+            "dtype": settings.dtype,
+            "half_precision_stand_ins": dict(stand_ins),
         },
         recording=boundary.recording,
         local_steps=boundary.local if feed is not None else None,

@@ -22,6 +22,9 @@ from .quiet import silenced
 #: The frameworks a comparison runs, in report order (the torch side is the reference).
 FRAMEWORKS: Tuple[str, ...] = ("torch", "mindspore")
 MINDSPORE_MODES: Tuple[str, ...] = ("pynative", "graph")
+#: Why a bfloat16 run of MindSpore on a CPU runs PyNative (xrand.mindspore_cpu.ops, half precision).
+BFLOAT16_ON_CPU = ("MindSpore's CPU kernels lack bfloat16 (MatMul, Conv2D, GroupNorm, Sigmoid, Div, Pow, ...); "
+                   "xrand's stand-ins compute those in float32 and round to bfloat16, in PyNative")
 #: What a comparison runs MindSpore in unless told otherwise: graph mode, its compiled graphs
 #: kept between processes by .graph_cache (PyNative's bits on a CPU, see .graph_calls; faster
 #: per step, benchmarks/RESULTS.md figure 5).
@@ -164,6 +167,11 @@ class Framework:
         compile cache). Yields a dict the run's environment is read from (:meth:`environment`)."""
         raise NotImplementedError
 
+    def half_precision(self, dtype: str) -> contextlib.AbstractContextManager:
+        """Around a run in ``dtype``: stand-ins for the kernels this framework lacks in it here.
+        Yields a dict, filled when the block ends: kernel -> dtypes that ran through a stand-in."""
+        return contextlib.nullcontext({})
+
     def environment(self, mode: str, state: Mapping[str, str], mode_reason: Optional[str] = None) -> Dict[str, Any]:
         """What a run in ``mode`` reports beyond versions (MindSpore: its mode, why when it is not
         the one asked, cache, oneDNN)."""
@@ -293,6 +301,13 @@ class MindSpore(Framework):
             finally:
                 if freeze:
                     gc.unfreeze()
+
+    def half_precision(self, dtype):
+        if dtype != "bfloat16":
+            return contextlib.nullcontext({})
+        from ..mindspore_cpu import half_precision
+
+        return half_precision()  # on a CPU target only
 
     def environment(self, mode, state, mode_reason=None):
         from ..mindspore_cpu import onednn_isa

@@ -16,7 +16,7 @@ from . import schedulers
 from .recipes import canonical_pipeline
 
 #: Model dtypes the pipelines run in.
-DTYPES: Tuple[str, ...] = ("float32", "float16")
+DTYPES: Tuple[str, ...] = ("float32", "float16", "bfloat16")
 #: The longest schedule: the models' training schedule.
 MAX_STEPS = 1000
 #: Pipeline inputs of the families beyond text to image (Settings.INPUTS).
