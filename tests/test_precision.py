@@ -40,6 +40,23 @@ def test_half_precision_compare_on_digits_with_its_floor(mindone, dtype):
         assert c.ran["b"]["pipeline"] == "DDIMPipeline" and stand_ins == {}
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_half_precision_compare_on_tiny_stable_diffusion_with_its_floor(mindone, tmp_path_factory, dtype):
+    from xrand.compare import compare_frameworks
+    from xrand.models.tiny_sd import build_tiny_sd
+
+    folder = build_tiny_sd(tmp_path_factory.mktemp("tiny-sd") / "model", seed=0)
+    c = compare_frameworks(Settings(model=str(folder), prompt="a red circle", steps=3, batch_size=1, dtype=dtype),
+                           noise_floor=True)
+    floor = c.noise_floor["rel_l2"]
+    assert c.passed and 1e-4 < floor < 5e-2 and c.final["rel_l2"] < 5 * floor, c.verdict()
+    stand_ins = c.ran["b"]["half_precision_stand_ins"]
+    if dtype == "bfloat16":  # the CLIP text encoder's too (mindone.transformers: nn.Dense, nn.LayerNorm)
+        assert {"MatMul (nn.Dense)", "LayerNorm (nn.LayerNorm)", "Gather (nn.Embedding)", "FillV2 (full)"} <= set(stand_ins)
+    else:
+        assert stand_ins == {}
+
+
 def _bf16(ms, torch, array):
     """The same bfloat16 values on both frameworks."""
     t = torch.from_numpy(array).to(torch.bfloat16)
@@ -76,6 +93,17 @@ STAND_INS = {
     "rsub": (lambda ms, mint, cells, x, y: 1 - y, lambda tnn, cells, x, y: 1 - y, "Sub (scalar)"),
     "clamp": (lambda ms, mint, cells, x, y: x.clamp(-0.5, 0.5), lambda tnn, cells, x, y: x.clamp(-0.5, 0.5),
               "Maximum and Minimum (clamp)"),
+    "nn.Dense": (lambda ms, mint, cells, x, y: cells["dense"](x), lambda tnn, cells, x, y: cells["linear"](x),
+                 "MatMul (nn.Dense)"),
+    "nn.LayerNorm": (lambda ms, mint, cells, x, y: __import__("mindspore").nn.LayerNorm((48,), dtype=ms.bfloat16)(x),
+                     lambda tnn, cells, x, y: tnn.functional.layer_norm(x, (48,)), "LayerNorm (nn.LayerNorm)"),
+    "full": (lambda ms, mint, cells, x, y: __import__("mindspore").ops.full((2, 3), -3.3895313892515355e38,
+                                                                             dtype=ms.bfloat16),
+             lambda tnn, cells, x, y: __import__("torch").full((2, 3), -3.3895313892515355e38,
+                                                               dtype=__import__("torch").bfloat16), "FillV2 (full)"),
+    "stack": (lambda ms, mint, cells, x, y: mint.stack([x, y]), lambda tnn, cells, x, y: __import__("torch").stack([x, y]),
+              "Stack"),
+    "tile": (lambda ms, mint, cells, x, y: x.tile((2, 1)), lambda tnn, cells, x, y: x.tile((2, 1)), "Tile"),
 }
 
 
@@ -98,11 +126,15 @@ def test_a_bfloat16_stand_in_computes_as_torch_does_in_bfloat16(mindone, name):
     for tm, mm in ((t_linear, m_linear), (t_conv, m_conv)):  # the same bfloat16 weights
         mm.weight.set_data(ms.tensor(tm.weight.detach().float().numpy()).astype(ms.bfloat16))
         mm.bias.set_data(ms.tensor(tm.bias.detach().float().numpy()).astype(ms.bfloat16))
+    m_dense = ms.nn.Dense(48, 5, dtype=ms.bfloat16)
+    m_dense.weight.set_data(ms.tensor(t_linear.weight.detach().float().numpy()).astype(ms.bfloat16))
+    m_dense.bias.set_data(ms.tensor(t_linear.bias.detach().float().numpy()).astype(ms.bfloat16))
     ms_call, torch_call, kernel = STAND_INS[name]
     with torch.no_grad():
         expected = torch_call(torch.nn, {"linear": t_linear, "conv": t_conv}, xt, yt)
     with mindspore_cpu.cpu_fallbacks(), mindspore_cpu.half_precision() as ran:
-        got = ms_call(ms, mint, {"linear": m_linear, "conv": m_conv}, xm, ym)
+        got = ms_call(ms, mint, {"linear": m_linear, "conv": m_conv, "dense": m_dense},
+                      xm, ym)
     assert kernel in ran and got.dtype == ms.bfloat16 and expected.dtype == torch.bfloat16
     # float32 arithmetic rounded once to bfloat16, as torch's CPU kernels: at most one bfloat16
     # step (2**-8 relative) apart where the float32 sums' order differs

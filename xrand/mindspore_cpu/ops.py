@@ -535,6 +535,37 @@ def _nn_embedding_half(original):
     return construct
 
 
+def _nn_layer_norm_half(original):
+    """mindspore.nn.LayerNorm.construct (kernel LayerNorm: no bfloat16 on a CPU; mindone.transformers'
+    CLIP): the norm in float32, rounded once; other dtypes run ``original``."""
+    def construct(self, input_x):
+        if input_x.dtype != ms.bfloat16:
+            return original(self, input_x)
+        _note_half("LayerNorm (nn.LayerNorm)", ms.bfloat16)
+        y, _, _ = self.layer_norm(input_x.astype(ms.float32), self.gamma.astype(ms.float32),
+                                  self.beta.astype(ms.float32))
+        return y.astype(ms.bfloat16)
+
+    return construct
+
+
+def _nn_dense_half(original):
+    """mindspore.nn.Dense.construct (kernel MatMul: no bfloat16 on a CPU; mindone.transformers'
+    CLIP): the matmul, bias and activation in float32, rounded once; other dtypes run ``original``."""
+    def construct(self, x):
+        if x.dtype != ms.bfloat16:
+            return original(self, x)
+        _note_half("MatMul (nn.Dense)", ms.bfloat16)
+        out = self.matmul(x.astype(ms.float32).reshape(-1, x.shape[-1]), self.weight.astype(ms.float32))
+        if self.has_bias:
+            out = out + self.bias.astype(ms.float32)
+        if self.activation_flag:
+            out = self.activation(out)
+        return out.reshape(x.shape[:-1] + (out.shape[-1],)).astype(ms.bfloat16)
+
+    return construct
+
+
 def _widened(value):
     if isinstance(value, ms.Tensor) and value.dtype == ms.bfloat16:
         return value.astype(ms.float32)
@@ -551,12 +582,20 @@ def _narrowed(value, dtype):
     return value
 
 
+def _tensors(values):
+    """The tensors among ``values``, inside lists and tuples too (stack and cat take a list)."""
+    for v in values:
+        if isinstance(v, ms.Tensor):
+            yield v
+        elif isinstance(v, (list, tuple)):
+            yield from _tensors(v)
+
+
 def _keeps_bfloat16(values) -> bool:
     """Whether torch's promotion keeps a result of these arguments in bfloat16: no wider floating
     tensor of one dimension or more among them (a 0-d float32 tensor or a Python float does not
     widen a bfloat16 tensor, torch's type promotion)."""
-    return not any(isinstance(v, ms.Tensor) and v.ndim > 0 and v.dtype in (ms.float32, ms.float64)
-                   for v in values)
+    return not any(v.ndim > 0 and v.dtype in (ms.float32, ms.float64) for v in _tensors(values))
 
 
 def half_stand_in(name, original):
@@ -565,7 +604,7 @@ def half_stand_in(name, original):
     as it is otherwise. ``name``: the kernel the report lists."""
     def stand_in(*args, **kwargs):
         values = list(args) + list(kwargs.values())
-        if not any(isinstance(v, ms.Tensor) and v.dtype == ms.bfloat16 for v in values):
+        if not any(v.dtype == ms.bfloat16 for v in _tensors(values)):
             return original(*args, **kwargs)
         _note_half(name, ms.bfloat16)
         out = original(*_widened(args), **_widened(kwargs))
@@ -573,6 +612,21 @@ def half_stand_in(name, original):
 
     stand_in.__name__ = stand_in.__qualname__ = f"half_{getattr(original, '__name__', name)}"
     stand_in.__doc__ = f"{name} in float32 for bfloat16 inputs (no bfloat16 CPU kernel), rounded back."
+    return stand_in
+
+
+def half_maker(name, original):
+    """``original`` (a function making a tensor of ``dtype=``) made in float32 and cast when it is
+    asked for bfloat16 (a constant: exact where the value fits bfloat16, else rounded as torch
+    rounds it); as it is otherwise."""
+    def stand_in(*args, **kwargs):
+        if kwargs.get("dtype") is not ms.bfloat16 and kwargs.get("dtype") != ms.bfloat16:
+            return original(*args, **kwargs)
+        _note_half(name, ms.bfloat16)
+        return original(*args, **{**kwargs, "dtype": ms.float32}).astype(ms.bfloat16)
+
+    stand_in.__name__ = stand_in.__qualname__ = f"half_{getattr(original, '__name__', name)}"
+    stand_in.__doc__ = f"{name} made in float32 when bfloat16 is asked (no bfloat16 CPU kernel), then cast."
     return stand_in
 
 
@@ -587,6 +641,23 @@ HALF_FUNCTIONS = (
     ("mindspore.mint", "matmul", "MatMulExt (matmul)"),
     ("mindspore.mint.nn.functional", "softmax", "Softmax"),
     ("mindspore.ops", "gather", "Gather"),
+    ("xrand.mindspore_cpu.ops", "_layer_norm", "LayerNorm"),
+    ("mindspore.ops", "gelu", "GeLU"),
+    ("mindspore.ops", "softmax", "Softmax"),
+    ("mindspore.mint", "sigmoid", "Sigmoid"),
+    ("mindspore.mint", "exp", "Exp"),
+    ("mindspore.mint", "sin", "Sin"),
+    ("mindspore.mint", "cos", "Cos"),
+    ("mindspore.mint", "sqrt", "Sqrt"),
+    ("mindspore.mint", "rsqrt", "Rsqrt"),
+    ("mindspore.mint", "mean", "MeanExt"),
+    ("mindspore.mint.nn.functional", "interpolate", "Upsample (interpolate)"),
+    ("mindspore.mint", "where", "Select (where)"),
+    ("mindspore.ops", "tile", "Tile"),
+    ("mindspore.ops", "stack", "Stack"),
+    ("mindspore.mint", "stack", "Stack"),
+    ("mindspore.mint", "chunk", "Split (chunk)"),
+    ("mindspore.ops", "split", "Split"),
 )
 
 
@@ -640,10 +711,20 @@ def targets() -> list[tuple[object, str, object]]:
     ]
 
 
+#: (module, attribute, kernel name) of the functions that make a tensor of a ``dtype=``.
+HALF_MAKERS = (
+    ("mindspore.ops", "full", "FillV2 (full)"),
+    ("mindspore.mint", "full", "FillV2 (full)"),
+)
+
 #: Tensor methods given a bfloat16 stand-in (the schedulers' arithmetic on bfloat16 samples).
 HALF_TENSOR_METHODS = (("__truediv__", "RealDiv"), ("__rtruediv__", "RealDiv"), ("__pow__", "Pow"),
                        ("__rsub__", "Sub (scalar)"), ("__mul__", "Mul"), ("__rmul__", "Mul"),
-                       ("clamp", "Maximum and Minimum (clamp)"))
+                       ("clamp", "Maximum and Minimum (clamp)"), ("masked_fill", "MaskedFill"),
+                       ("tile", "Tile"), ("broadcast_to", "BroadcastTo"), ("expand", "BroadcastTo (expand)"),
+                       ("__add__", "Add"), ("__radd__", "Add"), ("__sub__", "Sub"), ("sum", "ReduceSum"),
+                       ("mean", "ReduceMean"), ("sqrt", "Sqrt"), ("exp", "Exp"), ("abs", "Abs"),
+                       ("__getitem__", "GatherNd (indexing)"))
 
 
 def half_targets() -> list[tuple[object, str, object]]:
@@ -657,11 +738,16 @@ def half_targets() -> list[tuple[object, str, object]]:
 
     out = [(Linear, "construct", _linear_half(Linear.construct)),
            (nn.Embedding, "construct", _nn_embedding_half(nn.Embedding.construct)),
+           (nn.LayerNorm, "construct", _nn_layer_norm_half(nn.LayerNorm.construct)),
+           (nn.Dense, "construct", _nn_dense_half(nn.Dense.construct)),
            (Conv2d, "construct", _conv2d_half(Conv2d.construct))]
     for attribute, kernel in HALF_TENSOR_METHODS:
         out.append((ms.Tensor, attribute, half_stand_in(kernel, getattr(ms.Tensor, attribute))))
     for module, attribute, kernel in HALF_FUNCTIONS:
         owner = importlib.import_module(module)
         out.append((owner, attribute, half_stand_in(kernel, getattr(owner, attribute))))
+    for module, attribute, kernel in HALF_MAKERS:
+        owner = importlib.import_module(module)
+        out.append((owner, attribute, half_maker(kernel, getattr(owner, attribute))))
     return out
 
