@@ -376,7 +376,7 @@ def build_parser() -> argparse.ArgumentParser:
                                        "(no arguments: the embedded digits model, offline)")
     p.add_argument("files", nargs="*", metavar="SIDE_FILE", help="two files from 'xrand run' to compare instead")
     _add_settings(p)
-    p.add_argument("--tolerance", type=float, help="relative L2 limit for PASS (default 5e-3 fp32, 5e-2 fp16)")
+    p.add_argument("--tolerance", type=float, help="relative L2 limit for PASS (default 5e-3 fp32, 5e-2 fp16 and bf16)")
     p.add_argument("--out", help="output folder (default: xrand-compare-DATE-TIME)")
     p.add_argument("--lockstep", action="store_true", help="also run MindSpore fed torch's denoiser inputs and sample at every step (local error per step)")
     p.add_argument("--no-noise-floor", action="store_true",
@@ -402,7 +402,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", required=True, help="seeds: A-B (inclusive) or a comma list, e.g. 0-99 or 1,5,9")
     _add_settings(p)
     p.set_defaults(seed=None)
-    p.add_argument("--tolerance", type=float, help="relative L2 limit for PASS (default 5e-3 fp32, 5e-2 fp16)")
+    p.add_argument("--tolerance", type=float, help="relative L2 limit for PASS (default 5e-3 fp32, 5e-2 fp16 and bf16)")
     p.add_argument("--workers", type=int, default=1, help="worker processes, each loads the pipelines once "
                                                           "(default 1)")
     p.add_argument("--engine", default="local", help="local (a process pool, default) or ray")
