@@ -73,6 +73,7 @@ def test_failing_tolerance_exits_1(mindone, tmp_path):
     (["compare", "--mindspore-mode", "jit"], "argument --mindspore-mode: invalid choice: 'jit'"),
     (["compare", "--dtype", "float64"], "unknown dtype 'float64' for the pipelines; accepted: float32, float16, "
                                         "bfloat16"),
+    (["compare", "--noise", "torch"], "unknown noise 'torch'; accepted: shared, native"),
     (["compare", "--steps", "ten"], "argument --steps: invalid int value: 'ten'"),
     (["run", "--out", "x.safetensors"], "the following arguments are required: --backend"),
     (["compare", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),

@@ -33,7 +33,7 @@ def _settings(args, **override):
 
     options = dict(parse_option(text) for text in args.scheduler_option or [])
     values = dict(model=args.model or default_model(), steps=args.steps, seed=args.seed,
-                  batch_size=args.batch_size, eta=args.eta, stream=args.stream, dtype=args.dtype,
+                  batch_size=args.batch_size, eta=args.eta, stream=args.stream, dtype=args.dtype, noise=args.noise,
                   pipeline=args.pipeline, scheduler=args.scheduler, scheduler_options=options, prompt=args.prompt,
                   negative_prompt=args.negative_prompt, guidance_scale=args.guidance_scale, height=args.height,
                   width=args.width)
@@ -63,8 +63,8 @@ def _plan(args, frameworks=("torch", "mindspore"), layers=None, noise_floor=None
     ``override``: settings fields that replace the command line's."""
     from .compare.plan import make_plan
 
-    if noise_floor is None:
-        noise_floor = not getattr(args, "no_noise_floor", True)
+    if noise_floor is None:  # the floor's float64 rerun draws xrand's shared noise: not with --noise native
+        noise_floor = not getattr(args, "no_noise_floor", True) and args.noise != "native"
     return make_plan(_settings(args, **override), frameworks=frameworks, devices=_devices(args.device),
                      tolerance=getattr(args, "tolerance", None), mindspore_mode=args.mindspore_mode,
                      lockstep=getattr(args, "lockstep", False), layers=layers, noise_floor=noise_floor)
@@ -330,6 +330,11 @@ def _add_settings(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stream", default=DEFAULT_STREAM,
                    help=f"noise stream: torch-cpu, torch-cuda, pcg64 (default {DEFAULT_STREAM})")
     p.add_argument("--dtype", default=_default("dtype"), help=f"model dtype: {', '.join(DTYPES)} (default float32)")
+    p.add_argument("--noise", default=_default("noise"),
+                   help="where the noise comes from: shared (default: one xrand stream on both sides) or native "
+                        "(each library's own generator from the seed, as its docs tell users: "
+                        "torch.Generator(\"cpu\").manual_seed(SEED) for diffusers, "
+                        "np.random.Generator(np.random.PCG64(SEED)) for mindone; compare skips the noise floor)")
     p.add_argument("--prompt", help="text prompt (text-to-image pipelines)")
     p.add_argument("--negative-prompt", help="negative prompt (text-to-image pipelines)")
     p.add_argument("--guidance-scale", type=float,

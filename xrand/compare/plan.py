@@ -83,6 +83,7 @@ class Plan:
         seed (input files by their content)."""
         values = dataclasses.asdict(self.settings)
         values.pop("seed")  # the noise is an input of the graph, not part of it
+        values.pop("noise")
         values.pop("model")
         values.update(self.input_files)
         return {"model": self.folder.digest, "pipeline": self.pipeline, "scheduler": self.scheduler.cls,
@@ -130,6 +131,9 @@ def make_plan(settings: Settings, *, frameworks: Sequence[str] = FRAMEWORKS,
     tolerance = DEFAULT_TOLERANCE[settings.dtype] if tolerance is None else check_tolerance(tolerance)
     if noise_floor and "torch" not in frameworks:
         raise UsageError("the noise floor is torch's own: it needs the torch side")
+    if noise_floor and settings.noise == "native":
+        raise UsageError("the noise floor reruns torch in float64 with the shared noise (--noise shared); with "
+                         "--noise native give --no-noise-floor (noise_floor=False)")
     if layers is not None:
         layers.check()  # what needs no scheduler (the step's range is checked below)
 

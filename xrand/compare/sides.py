@@ -33,8 +33,9 @@ class Side:
     """What one framework produced: images in [0, 1] (NHWC), the noise and every step.
 
     ``ran``: the pipeline (or ``"denoising_loop"``), scheduler class, scheduler options, step
-    options and full scheduler config this side actually ran, the noise values drawn
-    during the steps (``noise_draws``), whether xrand gave ``step`` the generator the pipeline
+    options and full scheduler config this side actually ran, where its noise came from
+    (``noise``: the shared stream, or the library's own generator), the noise values drawn
+    during the steps (``noise_draws``, None for native noise), whether xrand gave ``step`` the generator the pipeline
     did not pass, the input files' digests, the dtype and the operators that ran through a
     half-precision stand-in (``half_precision_stand_ins``: kernel -> dtypes; MindSpore on a CPU). ``recording``: the denoiser calls and steps kept for
     lockstep and layers (not saved in side files).
@@ -107,7 +108,8 @@ def run(loaded: Loaded, plan: Plan, *, generator: Optional[CountingGenerator] = 
     ``plan.mindspore_mode``; a MindSpore side's ``environment`` says which mode ran and what the
     compile cache did. ``generator``: the run's noise, when it must be other than
     ``CountingGenerator(seed, stream=...)`` (the noise floor's float64 run draws as the float32
-    run did). ``record_calls`` / ``record_steps``: keep those denoiser calls / every step's
+    run did); with ``noise="native"`` the side draws from its library's own generator instead
+    (``ran["noise"]`` says how it was made; no draws are counted). ``record_calls`` / ``record_steps``: keep those denoiser calls / every step's
     inputs in ``side.recording``; ``feed``: run fed the reference's recording (lockstep), with
     the local error per step in ``side.local_steps``.
     """
@@ -117,10 +119,15 @@ def run(loaded: Loaded, plan: Plan, *, generator: Optional[CountingGenerator] = 
                          f"{loaded.model!r}, the plan runs {plan.pipeline} {settings.dtype} from {plan.folder.path!r}")
     fw, pipe, recipe = loaded.fw, loaded.pipe, plan.recipe
     pipe.scheduler = plan.scheduler.build(fw.import_library())
-    if generator is None:
+    native = settings.noise == "native"
+    if native:  # the library's own generator, passed where the library pipeline passes it, nowhere else
+        generator = fw.native_generator(settings.seed)
+    elif generator is None:
         generator = CountingGenerator(settings.seed, stream=settings.stream)
-    use_xrand_brownian(pipe.scheduler, generator, fw.name)  # DPMSolverSDE, CosineDPMSolverMultistep
-    boundary = Boundary(fw, plan.scheduler.step_options, generator, record_calls, record_steps, feed)
+    if not native:
+        use_xrand_brownian(pipe.scheduler, generator, fw.name)  # DPMSolverSDE, CosineDPMSolverMultistep
+    boundary = Boundary(fw, plan.scheduler.step_options, generator, record_calls, record_steps, feed,
+                        add_generator=not native)
     library_pipeline = recipe.runs_library_pipeline(plan.scheduler.cls, settings.dtype)
     start = time.perf_counter()
     with patched(fw.library), fw.running(loaded.device, plan.mindspore_mode, plan.graph_identity()) as state, \
@@ -150,7 +157,8 @@ def run(loaded: Loaded, plan: Plan, *, generator: Optional[CountingGenerator] = 
             "scheduler_options": dict(settings.scheduler_options),
             "step_options": dict(plan.scheduler.step_options),
             "scheduler_config": schedulers.config_dict(pipe.scheduler),
-            "noise_draws": generator.drawn - boundary.drawn_before_steps,
+            "noise": fw.native_noise.format(seed=settings.seed) if native else f"shared ({settings.stream})",
+            "noise_draws": None if native else generator.drawn - boundary.drawn_before_steps,
             "generator_added_to_step": boundary.generator_added,
             "input_files": dict(plan.input_files),
             "dtype": settings.dtype,

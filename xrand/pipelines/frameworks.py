@@ -132,6 +132,13 @@ class Framework:
         """The library's own ``randn_tensor`` (looked up at call time, so ``xrand.patched()`` applies)."""
         raise NotImplementedError
 
+    def native_generator(self, seed: int) -> Any:
+        """The generator the library's docs tell users to pass for ``seed`` (``--noise native``)."""
+        raise NotImplementedError
+
+    #: How :meth:`native_generator` makes it, for the report (``{seed}`` filled in).
+    native_noise = ""
+
     def tensor(self, array: np.ndarray, dtype: Optional[str] = None, device: Any = None) -> Any:
         """A tensor of ``array``'s values in ``dtype``, a name such as ``"bfloat16"`` or ``"int64"``
         (None: the array's own)."""
@@ -198,6 +205,13 @@ class Torch(Framework):
 
         return torch_utils.randn_tensor(shape, generator=generator, device=device, dtype=dtype)
 
+    native_noise = 'torch.Generator("cpu").manual_seed({seed})'
+
+    def native_generator(self, seed):
+        import torch
+
+        return torch.Generator("cpu").manual_seed(seed)
+
     def tensor(self, array, dtype=None, device=None):
         import torch
 
@@ -259,6 +273,11 @@ class MindSpore(Framework):
         from mindone.diffusers.utils import mindspore_utils
 
         return mindspore_utils.randn_tensor(shape, generator=generator, dtype=dtype)
+
+    native_noise = "np.random.Generator(np.random.PCG64({seed}))"
+
+    def native_generator(self, seed):
+        return np.random.Generator(np.random.PCG64(seed))
 
     def tensor(self, array, dtype=None, device=None):
         import mindspore as ms

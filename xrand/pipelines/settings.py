@@ -17,6 +17,10 @@ from .recipes import canonical_pipeline
 
 #: Model dtypes the pipelines run in.
 DTYPES: Tuple[str, ...] = ("float32", "float16", "bfloat16")
+#: Where a run's noise comes from: ``shared``, one ``xrand.Generator`` stream on both sides;
+#: ``native``, each library's own generator from the seed, as its docs tell users
+#: (:meth:`xrand.pipelines.frameworks.Framework.native_generator`).
+NOISES: Tuple[str, ...] = ("shared", "native")
 #: The longest schedule: the models' training schedule.
 MAX_STEPS = 1000
 #: Pipeline inputs of the families beyond text to image (Settings.INPUTS).
@@ -77,6 +81,7 @@ class Settings:
     eta: float = 0.0
     stream: str = DEFAULT_STREAM
     dtype: str = "float32"
+    noise: str = "shared"
     pipeline: Optional[str] = None
     scheduler: Optional[str] = None
     scheduler_options: Dict[str, Any] = field(default_factory=dict)
@@ -116,6 +121,9 @@ class Settings:
         stream_factory(self.stream)
         if self.dtype not in DTYPES:
             raise UsageError(f"unknown dtype {self.dtype!r} for the pipelines; accepted: {', '.join(DTYPES)}")
+        if self.noise not in NOISES:
+            raise UsageError(f"unknown noise {self.noise!r}; accepted: {', '.join(NOISES)} (shared: xrand's one "
+                             "stream on both sides; native: each library's own generator from the seed)")
         if self.pipeline is not None:
             set_(self, "pipeline", canonical_pipeline(self.pipeline))
         options = schedulers.check_options(self.scheduler_options)
@@ -158,7 +166,7 @@ class Settings:
         return {name: getattr(self, name) for name in self.INPUTS if getattr(self, name) is not None}
 
     #: The fields two sides must share (the model is matched by its weights' fingerprint).
-    COMPARED = ("steps", "seed", "batch_size", "eta", "stream", "dtype", "pipeline", "scheduler",
+    COMPARED = ("steps", "seed", "batch_size", "eta", "stream", "dtype", "noise", "pipeline", "scheduler",
                 "scheduler_options", "prompt", "negative_prompt", "guidance_scale", "height", "width")
     #: (input files are matched by their content's digest, in what each side ran)
     COMPARED = COMPARED + tuple(n for n in FAMILY_INPUTS if n not in FILE_INPUTS) + ("call_options",)

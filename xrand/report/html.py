@@ -115,6 +115,8 @@ def _settings_args(s: Mapping[str, Any], scheduler: bool = True) -> List[str]:
         args += ["--stream", s["stream"]]
     if s.get("dtype") not in (None, "float32"):
         args += ["--dtype", s["dtype"]]
+    if s.get("noise") not in (None, "shared"):
+        args += ["--noise", s["noise"]]
     if scheduler and s.get("scheduler"):
         args += ["--scheduler", s["scheduler"]]
     for key, value in sorted((s.get("scheduler_options") or {}).items()):
