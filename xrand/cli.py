@@ -188,7 +188,7 @@ def cmd_run(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from .sweep import SweepConfig, check_engine, check_workers, parse_schedulers, parse_seeds, run_sweep
+    from .sweep import SweepConfig, check_engine, check_workers, parse_dtypes, parse_schedulers, parse_seeds, run_sweep
 
     if args.seed is not None:
         raise UsageError(f"--seed {args.seed}: a sweep takes --seeds (A-B inclusive or a comma list, e.g. 0-99)")
@@ -199,10 +199,14 @@ def cmd_sweep(args) -> int:
         raise UsageError(f"--ray-address {args.ray_address!r} needs --engine ray")
     # every compare setting, planned as compare plans it, with the first seed and the folder's
     # scheduler; each cell gets its own seed, scheduler and the --scheduler-option values
-    options = _settings(args, seed=seeds[0], scheduler=None).scheduler_options
-    plan = _plan(args, seed=seeds[0], scheduler=None, scheduler_options={}, noise_floor=False)
+    # --dtype A,B makes dtype a cell dimension: planned with the first, each checked here
+    dtypes = parse_dtypes(args.dtype)
+    options = _settings(args, seed=seeds[0], scheduler=None, dtype=dtypes[0]).scheduler_options
+    plan = _plan(args, seed=seeds[0], scheduler=None, scheduler_options={}, noise_floor=False, dtype=dtypes[0])
     schedulers = parse_schedulers(args.scheduler, plan, options)
-    config = SweepConfig(plan=plan, scheduler_options=options)
+    for dtype in dtypes[1:]:
+        plan.cell(dtype=dtype)
+    config = SweepConfig(plan=plan, scheduler_options=options, dtypes=tuple(dtypes) if len(dtypes) > 1 else ())
     result = run_sweep(config, seeds, schedulers, args.out, workers=args.workers, engine=args.engine,
                        ray_address=args.ray_address, progress=not args.quiet)
     per = result.summary["schedulers"]
@@ -406,6 +410,9 @@ def build_parser() -> argparse.ArgumentParser:
                                      "processes or Ray; resumable")
     p.add_argument("--seeds", required=True, help="seeds: A-B (inclusive) or a comma list, e.g. 0-99 or 1,5,9")
     _add_settings(p)
+    for action in p._actions:  # sweep's --dtype takes a list: dtype becomes a cell dimension
+        if action.dest == "dtype":
+            action.help += "; a comma list (float32,bfloat16) sweeps each dtype, summary per (scheduler, dtype)"
     p.set_defaults(seed=None)
     p.add_argument("--tolerance", type=float, help="relative L2 limit for PASS (default 5e-3 fp32, 5e-2 fp16 and bf16)")
     p.add_argument("--workers", type=int, default=1, help="worker processes, each loads the pipelines once "

@@ -68,6 +68,7 @@ class Plan:
     denoiser_calls: Optional[int] = None  # how many denoiser calls a run makes (known with layers)
     input_files: Mapping[str, str] = field(default_factory=dict)  # input -> sha256 of its file
     mindspore_mode_reason: Optional[str] = None  # why MindSpore runs PyNative where graph mode was asked
+    tolerance_given: bool = False  # False: the dtype's default (a cell in another dtype takes that one's)
 
     @property
     def pipeline(self) -> str:
@@ -90,18 +91,21 @@ class Plan:
                 "settings": values}
 
     def cell(self, seed: Optional[int] = None, scheduler: Optional[str] = None,
-             scheduler_options: Optional[Mapping[str, Any]] = None) -> "Plan":
-        """This plan with another seed and/or scheduler (a matrix row, a sweep cell): the folder
-        is not read again; the scheduler is resolved again."""
+             scheduler_options: Optional[Mapping[str, Any]] = None, dtype: Optional[str] = None) -> "Plan":
+        """This plan with another seed, scheduler and/or dtype (a matrix row, a sweep cell): the
+        folder is not read again; the scheduler is resolved again; a default tolerance becomes
+        the cell dtype's."""
         changes: Dict[str, Any] = {}
         if seed is not None:
             changes["seed"] = seed
+        if dtype is not None:
+            changes["dtype"] = dtype
         if scheduler is not None:
             changes.update(scheduler=scheduler, scheduler_options=dict(scheduler_options or {}))
         asked_mode = "graph" if self.mindspore_mode_reason else self.mindspore_mode  # as make_plan got it
         return make_plan(replace(self.settings, **changes), frameworks=self.frameworks, devices=self.devices,
-                         tolerance=self.tolerance, mindspore_mode=asked_mode, lockstep=self.lockstep,
-                         layers=self.layers, noise_floor=self.noise_floor, folder=self.folder)
+                         tolerance=self.tolerance if self.tolerance_given else None, mindspore_mode=asked_mode,
+                         lockstep=self.lockstep, layers=self.layers, noise_floor=self.noise_floor, folder=self.folder)
 
 
 def check_tolerance(tolerance: Any) -> float:
@@ -128,6 +132,7 @@ def make_plan(settings: Settings, *, frameworks: Sequence[str] = FRAMEWORKS,
     for name in devices:
         check_framework(name)
     check_mindspore_mode(mindspore_mode)
+    tolerance_given = tolerance is not None
     tolerance = DEFAULT_TOLERANCE[settings.dtype] if tolerance is None else check_tolerance(tolerance)
     if noise_floor and "torch" not in frameworks:
         raise UsageError("the noise floor is torch's own: it needs the torch side")
@@ -164,7 +169,7 @@ def make_plan(settings: Settings, *, frameworks: Sequence[str] = FRAMEWORKS,
     return Plan(settings=settings, folder=folder, recipe=recipe, scheduler=scheduler, frameworks=frameworks,
                 devices=devices, tolerance=tolerance, mindspore_mode=mindspore_mode, lockstep=bool(lockstep),
                 layers=layers, noise_floor=bool(noise_floor), denoiser_calls=calls, input_files=input_files,
-                mindspore_mode_reason=mode_reason)
+                mindspore_mode_reason=mode_reason, tolerance_given=tolerance_given)
 
 
 def _scheduler_plan(settings: Settings, folder: ModelFolder, recipe: Recipe, library: Any) -> SchedulerPlan:

@@ -206,7 +206,7 @@ def sweep_command(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]])
     if len(names) == len(MATRIX) and len(names) > 1:
         args += ["--scheduler", "all"]
     elif names:
-        args += ["--scheduler", ",".join(split_label(n)[0] for n in names)]
+        args += ["--scheduler", ",".join(dict.fromkeys(split_label(n)[0] for n in names))]
     if s.get("tolerance") is not None:
         args += ["--tolerance", fmt(s["tolerance"], "g")]
     if s.get("mindspore_mode"):
