@@ -139,3 +139,45 @@ def test_a_bfloat16_stand_in_computes_as_torch_does_in_bfloat16(mindone, name):
     # float32 arithmetic rounded once to bfloat16, as torch's CPU kernels: at most one bfloat16
     # step (2**-8 relative) apart where the float32 sums' order differs
     np.testing.assert_allclose(_values(ms, got), expected.float().numpy(), rtol=2 ** -8, atol=1e-6)
+
+
+def test_component_dtypes_are_checked_when_planned(tmp_path_factory):
+    from xrand.checks import UsageError
+    from xrand.models.tiny_sd import build_tiny_sd
+
+    folder = str(build_tiny_sd(tmp_path_factory.mktemp("tiny-sd-names") / "model", seed=0))
+    settings = dict(model=folder, prompt="a red circle", steps=2, dtype="bfloat16")
+    with pytest.raises(UsageError, match="unknown dtype 'float64'; accepted: float32, float16, bfloat16"):
+        Settings(**settings, component_dtypes={"vae": "float64"})
+    with pytest.raises(UsageError, match="has no component 'vea' with weights; accepted: text_encoder, vae"):
+        make_plan(Settings(**settings, component_dtypes={"vea": "float32"}), frameworks=("torch",))
+    with pytest.raises(UsageError, match=r"unet=float32: the denoiser runs in --dtype \(bfloat16\)"):
+        make_plan(Settings(**settings, component_dtypes={"unet": "float32"}), frameworks=("torch",))
+    with pytest.raises(UsageError, match="tokenizer"):  # no weights
+        make_plan(Settings(**settings, component_dtypes={"tokenizer": "float32"}), frameworks=("torch",))
+    mixed = make_plan(Settings(**dict(settings, dtype="float16"), component_dtypes={"vae": "float32"}))
+    assert mixed.mindspore_mode == "pynative" and "--component-dtype casts" in mixed.mindspore_mode_reason
+
+
+@pytest.mark.parametrize("components", [{"vae": "float32"}, {"vae": "float32", "text_encoder": "float32"}])
+def test_mixed_precision_on_tiny_stable_diffusion_denoiser_bfloat16_vae_float32(mindone, tmp_path_factory,
+                                                                                components):
+    import torch
+
+    from xrand.compare import compare_loaded, load_pair
+    from xrand.models.tiny_sd import build_tiny_sd
+
+    folder = build_tiny_sd(tmp_path_factory.mktemp("tiny-sd-mixed") / "model", seed=0)
+    plan = make_plan(Settings(model=str(folder), prompt="a red circle", steps=2, batch_size=1, dtype="bfloat16",
+                              component_dtypes=components), noise_floor=True)
+    pair = load_pair(plan)
+    c = compare_loaded(pair, plan)
+    ran = {"text_encoder": "bfloat16", "unet": "bfloat16", **components}
+    assert c.ran["a"]["component_dtypes"] == c.ran["b"]["component_dtypes"] == ran
+    assert c.settings.component_dtypes == components
+    floor = c.noise_floor["rel_l2"]
+    assert c.passed and 1e-4 < floor < 5e-2 and c.final["rel_l2"] < 5 * floor, c.verdict()
+    # the VAE's float32 weights come from the file, not rounded through bfloat16
+    weight = pair.torch.pipe.vae.decoder.conv_in.weight
+    assert weight.dtype == torch.float32 and bool((weight != weight.bfloat16().float()).any())
+    np.testing.assert_array_equal(pair.mindspore.pipe.vae.decoder.conv_in.weight.asnumpy(), weight.detach().numpy())

@@ -37,9 +37,22 @@ def _settings(args, **override):
                   pipeline=args.pipeline, scheduler=args.scheduler, scheduler_options=options, prompt=args.prompt,
                   negative_prompt=args.negative_prompt, guidance_scale=args.guidance_scale, height=args.height,
                   width=args.width)
-    values.update(_family_settings(args))
+    values.update(_family_settings(args), component_dtypes=_component_dtypes(args.component_dtype))
     values.update(override)
     return Settings(**values)
+
+
+def _component_dtypes(pairs: Optional[List[str]]) -> Dict[str, str]:
+    """--component-dtype NAME=DTYPE (repeatable) as a dict (names and dtypes checked by Settings and the plan)."""
+    out: Dict[str, str] = {}
+    for pair in pairs or []:
+        name, sep, dtype = pair.partition("=")
+        if not sep or not name.strip() or not dtype.strip():
+            raise UsageError(f"--component-dtype {pair!r}: expected NAME=DTYPE, e.g. vae=float32")
+        if name.strip() in out:
+            raise UsageError(f"--component-dtype {name.strip()} is given twice; give it once")
+        out[name.strip()] = dtype.strip()
+    return out
 
 
 def _family_settings(args) -> dict:
@@ -339,6 +352,10 @@ def _add_settings(p: argparse.ArgumentParser) -> None:
                         "(each library's own generator from the seed, as its docs tell users: "
                         "torch.Generator(\"cpu\").manual_seed(SEED) for diffusers, "
                         "np.random.Generator(np.random.PCG64(SEED)) for mindone; compare skips the noise floor)")
+    p.add_argument("--component-dtype", action="append", metavar="NAME=DTYPE",
+                   help="load one component of the folder (vae, text_encoder...; not the denoiser) in its own dtype, "
+                        "float32, float16 or bfloat16, the same on both sides, its inputs cast to it; e.g. "
+                        "--dtype bfloat16 --component-dtype vae=float32 (repeatable)")
     p.add_argument("--prompt", help="text prompt (text-to-image pipelines)")
     p.add_argument("--negative-prompt", help="negative prompt (text-to-image pipelines)")
     p.add_argument("--guidance-scale", type=float,

@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..checks import UsageError, UsageTypeError
 from ..pipelines import schedulers
+from ..pipelines.components import COMPONENT_DTYPES_PYNATIVE, model_components
 from ..pipelines.folder import ModelFolder, check_components, read_folder
 from ..pipelines.frameworks import (BFLOAT16_ON_CPU, DEFAULT_MINDSPORE_MODE, FRAMEWORKS, check_framework,
                                     check_mindspore_mode, framework)
@@ -147,6 +148,7 @@ def make_plan(settings: Settings, *, frameworks: Sequence[str] = FRAMEWORKS,
     check_components(folder, recipe.components, recipe.optional_components, recipe.pipeline, recipe.denoiser,
                      recipe.denoiser_classes)
     recipe.check(settings, folder)
+    _check_component_dtypes(settings, folder, recipe)
     input_files = {name: read_input(name, getattr(settings, name)).digest for name in settings.FILES
                    if getattr(settings, name) is not None}
 
@@ -166,10 +168,24 @@ def make_plan(settings: Settings, *, frameworks: Sequence[str] = FRAMEWORKS,
     if mindspore_mode == "graph" and settings.dtype == "bfloat16" and "mindspore" in frameworks \
             and framework("mindspore").compiles_on_cpu(devices["mindspore"]):
         mindspore_mode, mode_reason = "pynative", BFLOAT16_ON_CPU
+    if mindspore_mode == "graph" and settings.component_dtypes and "mindspore" in frameworks:
+        mindspore_mode, mode_reason = "pynative", COMPONENT_DTYPES_PYNATIVE
     return Plan(settings=settings, folder=folder, recipe=recipe, scheduler=scheduler, frameworks=frameworks,
                 devices=devices, tolerance=tolerance, mindspore_mode=mindspore_mode, lockstep=bool(lockstep),
                 layers=layers, noise_floor=bool(noise_floor), denoiser_calls=calls, input_files=input_files,
                 mindspore_mode_reason=mode_reason, tolerance_given=tolerance_given)
+
+
+def _check_component_dtypes(settings: Settings, folder: ModelFolder, recipe: Recipe) -> None:
+    """``--component-dtype`` names a component of the folder that holds weights, not the
+    denoiser (it runs in ``--dtype``)."""
+    accepted = [name for name in model_components(folder) if name != recipe.denoiser]
+    for name, dtype in settings.component_dtypes.items():
+        if name not in accepted:
+            why = f"the denoiser runs in --dtype ({settings.dtype})" if name == recipe.denoiser else \
+                f"{folder.path!r} has no component {name!r} with weights"
+            raise UsageError(f"--component-dtype {name}={dtype}: {why}; accepted: "
+                             f"{', '.join(accepted) or 'none (this folder has no other component with weights)'}")
 
 
 def _scheduler_plan(settings: Settings, folder: ModelFolder, recipe: Recipe, library: Any) -> SchedulerPlan:

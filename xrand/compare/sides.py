@@ -21,6 +21,7 @@ from ..generator import Generator
 from ..patch import patched
 from ..pipelines import schedulers
 from ..pipelines.brownian import use_xrand_brownian
+from ..pipelines.components import component_dtypes, model_components, use_component_dtypes
 from ..pipelines.frameworks import Framework, framework
 from ..pipelines.loop import denoising_loop
 from ..pipelines.settings import Settings
@@ -66,6 +67,7 @@ class Loaded:
     model: str
     dtype: str
     device: Optional[str]  # torch device, or MindSpore device target (None: the context's)
+    component_dtypes: Dict[str, str] = field(default_factory=dict)  # components in a dtype of their own
 
     @property
     def framework(self) -> str:
@@ -77,9 +79,12 @@ def load(plan: Plan, framework_name: str, quiet: bool = True) -> Loaded:
     fw = framework(framework_name)
     device = plan.devices.get(fw.name)
     pipe = plan.recipe.load(fw, plan.folder, plan.settings.dtype, device)
+    if plan.settings.component_dtypes:
+        use_component_dtypes(fw, pipe, plan.folder, plan.settings.component_dtypes, device)
     if hasattr(pipe, "set_progress_bar_config"):  # a library pipeline (a recipe may load its own kind)
         pipe.set_progress_bar_config(disable=quiet, desc=fw.name)
-    return Loaded(fw, pipe, plan.pipeline, plan.folder.path, plan.settings.dtype, device)
+    return Loaded(fw, pipe, plan.pipeline, plan.folder.path, plan.settings.dtype, device,
+                  dict(plan.settings.component_dtypes))
 
 
 class CountingGenerator(Generator):
@@ -114,9 +119,15 @@ def run(loaded: Loaded, plan: Plan, *, generator: Optional[CountingGenerator] = 
     the local error per step in ``side.local_steps``.
     """
     settings = plan.settings
-    if (plan.folder.path, settings.dtype, plan.pipeline) != (loaded.model, loaded.dtype, loaded.pipeline):
-        raise UsageError(f"this plan needs another pipeline: loaded {loaded.pipeline} {loaded.dtype} from "
-                         f"{loaded.model!r}, the plan runs {plan.pipeline} {settings.dtype} from {plan.folder.path!r}")
+    if (plan.folder.path, settings.dtype, plan.pipeline, settings.component_dtypes) != (
+            loaded.model, loaded.dtype, loaded.pipeline, loaded.component_dtypes):
+        def dtypes(dtype: str, components: Dict[str, str]) -> str:
+            return dtype + "".join(f" {name}={d}" for name, d in components.items())
+
+        raise UsageError(f"this plan needs another pipeline: loaded {loaded.pipeline} "
+                         f"{dtypes(loaded.dtype, loaded.component_dtypes)} from {loaded.model!r}, the plan runs "
+                         f"{plan.pipeline} {dtypes(settings.dtype, settings.component_dtypes)} from "
+                         f"{plan.folder.path!r}")
     fw, pipe, recipe = loaded.fw, loaded.pipe, plan.recipe
     pipe.scheduler = plan.scheduler.build(fw.import_library())
     native = settings.noise == "native"
@@ -162,6 +173,7 @@ def run(loaded: Loaded, plan: Plan, *, generator: Optional[CountingGenerator] = 
             "generator_added_to_step": boundary.generator_added,
             "input_files": dict(plan.input_files),
             "dtype": settings.dtype,
+            "component_dtypes": component_dtypes(fw, pipe, model_components(plan.folder)),
             "half_precision_stand_ins": dict(stand_ins),
         },
         recording=boundary.recording,

@@ -122,6 +122,20 @@ class Framework:
 
     _dtype_argument = ""
 
+    def load_component(self, cls: type, path: str, subfolder: str, dtype: str, device: Optional[str]) -> Any:
+        """One component of a pipeline folder, ``cls.from_pretrained(path, subfolder=...)`` in ``dtype``."""
+        with self.running(device, "pynative"), silenced(), _load_errors(path, self.library):
+            component = cls.from_pretrained(path, subfolder=subfolder, **{self._dtype_argument: self.dtype(dtype)})
+        return self._placed(component, device)
+
+    def module_dtype(self, module: Any) -> Optional[str]:
+        """The dtype a module's (first) weights are in, as a name (None: it has none)."""
+        raise NotImplementedError
+
+    def cast(self, tensor: Any, dtype: str) -> Any:
+        """The tensor in ``dtype`` (a name)."""
+        raise NotImplementedError
+
     def prepare(self) -> None:
         """Once before loading a model."""
 
@@ -226,6 +240,15 @@ class Torch(Framework):
     def dtype_of(self, tensor):
         return str(tensor.dtype).replace("torch.", "")
 
+    def module_dtype(self, module):
+        first = next(iter(module.parameters()), None)
+        return None if first is None else self.dtype_of(first)
+
+    def cast(self, tensor, dtype):
+        import torch
+
+        return tensor.to(getattr(torch, dtype))
+
     def forward_of(self, module):
         return module.forward
 
@@ -293,6 +316,15 @@ class MindSpore(Framework):
 
     def dtype_of(self, tensor):
         return str(tensor.dtype).lower()
+
+    def module_dtype(self, module):
+        first = next(iter(module.get_parameters()), None)
+        return None if first is None else self.dtype_of(first)
+
+    def cast(self, tensor, dtype):
+        import mindspore as ms
+
+        return tensor.astype(getattr(ms, dtype))
 
     def forward_of(self, module):
         return module.construct

@@ -57,6 +57,18 @@ def check_call_options(options: Any) -> Dict[str, Any]:
     return options
 
 
+def check_component_dtypes(value: Any) -> Dict[str, str]:
+    """``component_dtypes``: component name -> one of :data:`DTYPES`."""
+    if not isinstance(value, dict) or not all(isinstance(k, str) and k.isidentifier() for k in value):
+        raise UsageTypeError(f"component_dtypes must map component names to dtypes, e.g. {{'vae': 'float32'}}, "
+                             f"got {value!r}")
+    for name, dtype in value.items():
+        if dtype not in DTYPES:
+            raise UsageError(f"--component-dtype {name}={dtype}: unknown dtype {dtype!r}; accepted: "
+                             f"{', '.join(DTYPES)}")
+    return dict(value)
+
+
 def _text(name: str, value: Any) -> Optional[str]:
     if value is not None and not isinstance(value, str):
         raise UsageTypeError(f"{name} must be a string, got {value!r}")
@@ -82,6 +94,9 @@ class Settings:
     stream: str = DEFAULT_STREAM
     dtype: str = "float32"
     noise: str = "shared"
+    # components loaded in a dtype of their own (name -> dtype, e.g. {"vae": "float32"}), the
+    # same on both sides; the names are checked against the folder when a comparison is planned
+    component_dtypes: Dict[str, str] = field(default_factory=dict)
     pipeline: Optional[str] = None
     scheduler: Optional[str] = None
     scheduler_options: Dict[str, Any] = field(default_factory=dict)
@@ -124,6 +139,7 @@ class Settings:
         if self.noise not in NOISES:
             raise UsageError(f"unknown noise {self.noise!r}; accepted: {', '.join(NOISES)} (shared: xrand's one "
                              "stream on both sides; native: each library's own generator from the seed)")
+        set_(self, "component_dtypes", check_component_dtypes(self.component_dtypes))
         if self.pipeline is not None:
             set_(self, "pipeline", canonical_pipeline(self.pipeline))
         options = schedulers.check_options(self.scheduler_options)
@@ -166,8 +182,8 @@ class Settings:
         return {name: getattr(self, name) for name in self.INPUTS if getattr(self, name) is not None}
 
     #: The fields two sides must share (the model is matched by its weights' fingerprint).
-    COMPARED = ("steps", "seed", "batch_size", "eta", "stream", "dtype", "noise", "pipeline", "scheduler",
-                "scheduler_options", "prompt", "negative_prompt", "guidance_scale", "height", "width")
+    COMPARED = ("steps", "seed", "batch_size", "eta", "stream", "dtype", "noise", "component_dtypes", "pipeline",
+                "scheduler", "scheduler_options", "prompt", "negative_prompt", "guidance_scale", "height", "width")
     #: (input files are matched by their content's digest, in what each side ran)
     COMPARED = COMPARED + tuple(n for n in FAMILY_INPUTS if n not in FILE_INPUTS) + ("call_options",)
 

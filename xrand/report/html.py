@@ -117,6 +117,8 @@ def _settings_args(s: Mapping[str, Any], scheduler: bool = True) -> List[str]:
         args += ["--dtype", s["dtype"]]
     if s.get("noise") not in (None, "shared"):
         args += ["--noise", s["noise"]]
+    for name, dtype in sorted((s.get("component_dtypes") or {}).items()):
+        args += ["--component-dtype", f"{name}={dtype}"]
     if scheduler and s.get("scheduler"):
         args += ["--scheduler", s["scheduler"]]
     for key, value in sorted((s.get("scheduler_options") or {}).items()):
