@@ -71,7 +71,12 @@ def test_failing_tolerance_exits_1(mindone, tmp_path):
     (["run", "--backend", "jax", "--out", "x.safetensors"], "--backend 'jax': accepted: torch, mindspore"),
     (["compare", "--device", "mindspore=tpu"], "unknown MindSpore device 'tpu'"),
     (["compare", "--mindspore-mode", "jit"], "argument --mindspore-mode: invalid choice: 'jit'"),
-    (["compare", "--dtype", "bfloat16"], "argument --dtype: invalid choice: 'bfloat16'"),
+    (["compare", "--dtype", "float64"], "unknown dtype 'float64' for the pipelines; accepted: float32, float16, "
+                                        "bfloat16"),
+    (["compare", "--noise", "torch"], "unknown noise 'torch'; accepted: shared, native"),
+    (["compare", "--component-dtype", "vae"], "--component-dtype 'vae': expected NAME=DTYPE, e.g. vae=float32"),
+    (["compare", "--component-dtype", "unet=float16"], "unet=float16: the denoiser runs in --dtype (float32); "
+                                                       "accepted: none"),
     (["compare", "--steps", "ten"], "argument --steps: invalid int value: 'ten'"),
     (["run", "--out", "x.safetensors"], "the following arguments are required: --backend"),
     (["compare", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),

@@ -276,7 +276,7 @@ def test_missing_and_incomplete_model_folders(tmp_path):
     ("batch_size", -1, "batch_size must be a positive integer"),
     ("eta", 2.0, r"eta must be a number in \[0, 1\]"),
     ("stream", "mt", "unknown stream 'mt'"),
-    ("dtype", "bfloat16", "unknown dtype 'bfloat16' for the pipelines"),
+    ("dtype", "float64", "unknown dtype 'float64' for the pipelines; accepted: float32, float16, bfloat16"),
     ("seed", -5, "seed must be an integer"),
     ("pipeline", "StableCascadePipeline", "unknown pipeline 'StableCascadePipeline'; accepted: DDIMPipeline, "
                                           "DDPMPipeline, StableDiffusionPipeline"),

@@ -13,6 +13,7 @@ import time
 import numpy as np
 import pytest
 
+from xrand.checks import UsageError
 from xrand.cli import default_model, main
 from xrand.compare import make_plan
 from xrand.pipelines import schedulers
@@ -392,3 +393,38 @@ def test_a_sweep_whose_every_cell_failed_to_run_still_writes_its_summary_and_pic
                             SweepResult(cells=cells, rows=rows, ran=2))
     assert summary["verdict"] == "fail" and summary["schedulers"]["DDIMScheduler"]["errors"] == 2
     assert (tmp_path / "sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_dtype_list_is_parsed_in_order_and_a_bad_name_refused():
+    from xrand.sweep import parse_dtypes
+
+    assert parse_dtypes("float32, bfloat16,float32") == ["float32", "bfloat16"]
+    with pytest.raises(UsageError, match="unknown dtype 'float64'; accepted: float32, float16, bfloat16"):
+        parse_dtypes("float32,float64")
+
+
+def test_a_sweep_over_dtypes_has_a_cell_per_dtype_a_summary_per_scheduler_and_dtype_and_resumes(
+        mindone, tmp_path, capsys):
+    out = tmp_path / "sweep"
+    args = ["sweep", "--dtype", "float32,bfloat16", "--seeds", "0-1", "--steps", "2", "--batch-size", "1", "--quiet",
+            "--out", str(out)]
+    assert main(args) == 0
+    rows = rows_of(str(out))
+    assert sorted((r["seed"], r["dtype"]) for r in rows) == [(0, "bfloat16"), (0, "float32"), (1, "bfloat16"),
+                                                             (1, "float32")]
+    error = {d: max(r["rel_l2"] for r in rows if r["dtype"] == d) for d in ("float32", "bfloat16")}
+    assert error["bfloat16"] > 100 * error["float32"]  # each cell ran in its dtype
+    summary = json.loads((out / "summary.json").read_text())
+    per = summary["schedulers"]
+    assert list(per) == [f"{DDIM} @ float32", f"{DDIM} @ bfloat16"]
+    assert [(p["scheduler"], p["dtype"], p["passed"]) for p in per.values()] == [(DDIM, "float32", 2),
+                                                                                 (DDIM, "bfloat16", 2)]
+    assert summary["settings"]["dtype"] == "float32,bfloat16"
+    assert summary["settings"]["tolerance"] == {"float32": 5e-3, "bfloat16": 5e-2}
+    capsys.readouterr()
+    lines = (out / "results.jsonl").read_text().splitlines()
+    (out / "results.jsonl").write_text("\n".join(lines[:-1]) + "\n")  # one cell lost: only it runs again
+    assert main(args) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["ran"] == 1
+    again = rows_of(str(out))
+    assert {(r["seed"], r["dtype"]): r["rel_l2"] for r in again} == {(r["seed"], r["dtype"]): r["rel_l2"] for r in rows}

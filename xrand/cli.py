@@ -33,13 +33,26 @@ def _settings(args, **override):
 
     options = dict(parse_option(text) for text in args.scheduler_option or [])
     values = dict(model=args.model or default_model(), steps=args.steps, seed=args.seed,
-                  batch_size=args.batch_size, eta=args.eta, stream=args.stream, dtype=args.dtype,
+                  batch_size=args.batch_size, eta=args.eta, stream=args.stream, dtype=args.dtype, noise=args.noise,
                   pipeline=args.pipeline, scheduler=args.scheduler, scheduler_options=options, prompt=args.prompt,
                   negative_prompt=args.negative_prompt, guidance_scale=args.guidance_scale, height=args.height,
                   width=args.width)
-    values.update(_family_settings(args))
+    values.update(_family_settings(args), component_dtypes=_component_dtypes(args.component_dtype))
     values.update(override)
     return Settings(**values)
+
+
+def _component_dtypes(pairs: Optional[List[str]]) -> Dict[str, str]:
+    """--component-dtype NAME=DTYPE (repeatable) as a dict (names and dtypes checked by Settings and the plan)."""
+    out: Dict[str, str] = {}
+    for pair in pairs or []:
+        name, sep, dtype = pair.partition("=")
+        if not sep or not name.strip() or not dtype.strip():
+            raise UsageError(f"--component-dtype {pair!r}: expected NAME=DTYPE, e.g. vae=float32")
+        if name.strip() in out:
+            raise UsageError(f"--component-dtype {name.strip()} is given twice; give it once")
+        out[name.strip()] = dtype.strip()
+    return out
 
 
 def _family_settings(args) -> dict:
@@ -63,8 +76,8 @@ def _plan(args, frameworks=("torch", "mindspore"), layers=None, noise_floor=None
     ``override``: settings fields that replace the command line's."""
     from .compare.plan import make_plan
 
-    if noise_floor is None:
-        noise_floor = not getattr(args, "no_noise_floor", True)
+    if noise_floor is None:  # the floor's float64 rerun draws xrand's shared noise: not with --noise native
+        noise_floor = not getattr(args, "no_noise_floor", True) and args.noise != "native"
     return make_plan(_settings(args, **override), frameworks=frameworks, devices=_devices(args.device),
                      tolerance=getattr(args, "tolerance", None), mindspore_mode=args.mindspore_mode,
                      lockstep=getattr(args, "lockstep", False), layers=layers, noise_floor=noise_floor)
@@ -188,7 +201,7 @@ def cmd_run(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from .sweep import SweepConfig, check_engine, check_workers, parse_schedulers, parse_seeds, run_sweep
+    from .sweep import SweepConfig, check_engine, check_workers, parse_dtypes, parse_schedulers, parse_seeds, run_sweep
 
     if args.seed is not None:
         raise UsageError(f"--seed {args.seed}: a sweep takes --seeds (A-B inclusive or a comma list, e.g. 0-99)")
@@ -199,10 +212,14 @@ def cmd_sweep(args) -> int:
         raise UsageError(f"--ray-address {args.ray_address!r} needs --engine ray")
     # every compare setting, planned as compare plans it, with the first seed and the folder's
     # scheduler; each cell gets its own seed, scheduler and the --scheduler-option values
-    options = _settings(args, seed=seeds[0], scheduler=None).scheduler_options
-    plan = _plan(args, seed=seeds[0], scheduler=None, scheduler_options={}, noise_floor=False)
+    # --dtype A,B makes dtype a cell dimension: planned with the first, each checked here
+    dtypes = parse_dtypes(args.dtype)
+    options = _settings(args, seed=seeds[0], scheduler=None, dtype=dtypes[0]).scheduler_options
+    plan = _plan(args, seed=seeds[0], scheduler=None, scheduler_options={}, noise_floor=False, dtype=dtypes[0])
     schedulers = parse_schedulers(args.scheduler, plan, options)
-    config = SweepConfig(plan=plan, scheduler_options=options)
+    for dtype in dtypes[1:]:
+        plan.cell(dtype=dtype)
+    config = SweepConfig(plan=plan, scheduler_options=options, dtypes=tuple(dtypes) if len(dtypes) > 1 else ())
     result = run_sweep(config, seeds, schedulers, args.out, workers=args.workers, engine=args.engine,
                        ray_address=args.ray_address, progress=not args.quiet)
     per = result.summary["schedulers"]
@@ -329,7 +346,16 @@ def _add_settings(p: argparse.ArgumentParser) -> None:
                                                                       "(DDIM, TCD) in [0, 1] (default 0)")
     p.add_argument("--stream", default=DEFAULT_STREAM,
                    help=f"noise stream: torch-cpu, torch-cuda, pcg64 (default {DEFAULT_STREAM})")
-    p.add_argument("--dtype", default=_default("dtype"), choices=list(DTYPES), help="model dtype")
+    p.add_argument("--dtype", default=_default("dtype"), help=f"model dtype: {', '.join(DTYPES)} (default float32)")
+    p.add_argument("--noise", default=_default("noise"),
+                   help="where the noise comes from: shared (default: one xrand stream on both sides) or native "
+                        "(each library's own generator from the seed, as its docs tell users: "
+                        "torch.Generator(\"cpu\").manual_seed(SEED) for diffusers, "
+                        "np.random.Generator(np.random.PCG64(SEED)) for mindone; compare skips the noise floor)")
+    p.add_argument("--component-dtype", action="append", metavar="NAME=DTYPE",
+                   help="load one component of the folder (vae, text_encoder...; not the denoiser) in its own dtype, "
+                        "float32, float16 or bfloat16, the same on both sides, its inputs cast to it; e.g. "
+                        "--dtype bfloat16 --component-dtype vae=float32 (repeatable)")
     p.add_argument("--prompt", help="text prompt (text-to-image pipelines)")
     p.add_argument("--negative-prompt", help="negative prompt (text-to-image pipelines)")
     p.add_argument("--guidance-scale", type=float,
@@ -376,7 +402,7 @@ def build_parser() -> argparse.ArgumentParser:
                                        "(no arguments: the embedded digits model, offline)")
     p.add_argument("files", nargs="*", metavar="SIDE_FILE", help="two files from 'xrand run' to compare instead")
     _add_settings(p)
-    p.add_argument("--tolerance", type=float, help="relative L2 limit for PASS (default 5e-3 fp32, 5e-2 fp16)")
+    p.add_argument("--tolerance", type=float, help="relative L2 limit for PASS (default 5e-3 fp32, 5e-2 fp16 and bf16)")
     p.add_argument("--out", help="output folder (default: xrand-compare-DATE-TIME)")
     p.add_argument("--lockstep", action="store_true", help="also run MindSpore fed torch's denoiser inputs and sample at every step (local error per step)")
     p.add_argument("--no-noise-floor", action="store_true",
@@ -401,8 +427,11 @@ def build_parser() -> argparse.ArgumentParser:
                                      "processes or Ray; resumable")
     p.add_argument("--seeds", required=True, help="seeds: A-B (inclusive) or a comma list, e.g. 0-99 or 1,5,9")
     _add_settings(p)
+    for action in p._actions:  # sweep's --dtype takes a list: dtype becomes a cell dimension
+        if action.dest == "dtype":
+            action.help += "; a comma list (float32,bfloat16) sweeps each dtype, summary per (scheduler, dtype)"
     p.set_defaults(seed=None)
-    p.add_argument("--tolerance", type=float, help="relative L2 limit for PASS (default 5e-3 fp32, 5e-2 fp16)")
+    p.add_argument("--tolerance", type=float, help="relative L2 limit for PASS (default 5e-3 fp32, 5e-2 fp16 and bf16)")
     p.add_argument("--workers", type=int, default=1, help="worker processes, each loads the pipelines once "
                                                           "(default 1)")
     p.add_argument("--engine", default="local", help="local (a process pool, default) or ray")

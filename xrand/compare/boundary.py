@@ -166,7 +166,7 @@ class Boundary:
 
     def __init__(self, fw: Any, step_options: Dict[str, Any], generator: Any,
                  record_calls: Optional[Container[int]] = None, record_steps: bool = False,
-                 feed: Optional[Recording] = None) -> None:
+                 feed: Optional[Recording] = None, add_generator: bool = True) -> None:
         self.fw = fw
         self.step_options = dict(step_options)
         self.generator = generator
@@ -180,6 +180,7 @@ class Boundary:
         self.recording = Recording() if record_calls is not None or record_steps else None
         self.local: List[Dict[str, Any]] = []  # fed: per step, the local error of its model output and sample
         self.generator_added = False  # whether step() got the generator from here (the pipeline passed none)
+        self.add_generator = add_generator  # False: step() gets what the pipeline passes (--noise native)
         self._calls = 0
         self._capture = Capture(fw)
 
@@ -223,12 +224,13 @@ class Boundary:
         sample, model_output = bound.arguments["sample"], bound.arguments["model_output"]
         if self.first_input is None:
             self.first_input = self.fw.to_numpy(sample)
-            self.drawn_before_steps = self.generator.drawn
+            self.drawn_before_steps = getattr(self.generator, "drawn", 0)
         if self.record_steps:
             self.recording.steps.append({"model_output": self.fw.to_numpy(model_output),
                                          "sample": self.fw.to_numpy(sample)})
         bound.arguments.update(self.step_options)  # step_options are keys of step's signature
-        if "generator" in bound.signature.parameters and bound.arguments.get("generator") is None:
+        if self.add_generator and "generator" in bound.signature.parameters \
+                and bound.arguments.get("generator") is None:
             bound.arguments["generator"] = self.generator
             self.generator_added = True
         out = original(*bound.args, **bound.kwargs)

@@ -22,16 +22,17 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..checks import UsageError, UsageTypeError
 from ..pipelines import schedulers
+from ..pipelines.components import COMPONENT_DTYPES_PYNATIVE, model_components
 from ..pipelines.folder import ModelFolder, check_components, read_folder
-from ..pipelines.frameworks import (DEFAULT_MINDSPORE_MODE, FRAMEWORKS, check_framework, check_mindspore_mode,
-                                    framework)
+from ..pipelines.frameworks import (BFLOAT16_ON_CPU, DEFAULT_MINDSPORE_MODE, FRAMEWORKS, check_framework,
+                                    check_mindspore_mode, framework)
 from ..pipelines.inputs import read_input
 from ..pipelines.quiet import silenced
 from ..pipelines.recipes import Recipe, recipe as recipe_named
 from ..pipelines.settings import Settings
 
 #: mindone's own torch-vs-MindSpore pipeline tests accept these relative L2 errors.
-DEFAULT_TOLERANCE = {"float32": 5e-3, "float16": 5e-2}
+DEFAULT_TOLERANCE = {"float32": 5e-3, "float16": 5e-2, "bfloat16": 5e-2}
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,7 @@ class Plan:
     denoiser_calls: Optional[int] = None  # how many denoiser calls a run makes (known with layers)
     input_files: Mapping[str, str] = field(default_factory=dict)  # input -> sha256 of its file
     mindspore_mode_reason: Optional[str] = None  # why MindSpore runs PyNative where graph mode was asked
+    tolerance_given: bool = False  # False: the dtype's default (a cell in another dtype takes that one's)
 
     @property
     def pipeline(self) -> str:
@@ -83,24 +85,28 @@ class Plan:
         seed (input files by their content)."""
         values = dataclasses.asdict(self.settings)
         values.pop("seed")  # the noise is an input of the graph, not part of it
+        values.pop("noise")
         values.pop("model")
         values.update(self.input_files)
         return {"model": self.folder.digest, "pipeline": self.pipeline, "scheduler": self.scheduler.cls,
                 "settings": values}
 
     def cell(self, seed: Optional[int] = None, scheduler: Optional[str] = None,
-             scheduler_options: Optional[Mapping[str, Any]] = None) -> "Plan":
-        """This plan with another seed and/or scheduler (a matrix row, a sweep cell): the folder
-        is not read again; the scheduler is resolved again."""
+             scheduler_options: Optional[Mapping[str, Any]] = None, dtype: Optional[str] = None) -> "Plan":
+        """This plan with another seed, scheduler and/or dtype (a matrix row, a sweep cell): the
+        folder is not read again; the scheduler is resolved again; a default tolerance becomes
+        the cell dtype's."""
         changes: Dict[str, Any] = {}
         if seed is not None:
             changes["seed"] = seed
+        if dtype is not None:
+            changes["dtype"] = dtype
         if scheduler is not None:
             changes.update(scheduler=scheduler, scheduler_options=dict(scheduler_options or {}))
         asked_mode = "graph" if self.mindspore_mode_reason else self.mindspore_mode  # as make_plan got it
         return make_plan(replace(self.settings, **changes), frameworks=self.frameworks, devices=self.devices,
-                         tolerance=self.tolerance, mindspore_mode=asked_mode, lockstep=self.lockstep,
-                         layers=self.layers, noise_floor=self.noise_floor, folder=self.folder)
+                         tolerance=self.tolerance if self.tolerance_given else None, mindspore_mode=asked_mode,
+                         lockstep=self.lockstep, layers=self.layers, noise_floor=self.noise_floor, folder=self.folder)
 
 
 def check_tolerance(tolerance: Any) -> float:
@@ -127,9 +133,13 @@ def make_plan(settings: Settings, *, frameworks: Sequence[str] = FRAMEWORKS,
     for name in devices:
         check_framework(name)
     check_mindspore_mode(mindspore_mode)
+    tolerance_given = tolerance is not None
     tolerance = DEFAULT_TOLERANCE[settings.dtype] if tolerance is None else check_tolerance(tolerance)
     if noise_floor and "torch" not in frameworks:
         raise UsageError("the noise floor is torch's own: it needs the torch side")
+    if noise_floor and settings.noise == "native":
+        raise UsageError("the noise floor reruns torch in float64 with the shared noise (--noise shared); with "
+                         "--noise native give --no-noise-floor (noise_floor=False)")
     if layers is not None:
         layers.check()  # what needs no scheduler (the step's range is checked below)
 
@@ -138,6 +148,7 @@ def make_plan(settings: Settings, *, frameworks: Sequence[str] = FRAMEWORKS,
     check_components(folder, recipe.components, recipe.optional_components, recipe.pipeline, recipe.denoiser,
                      recipe.denoiser_classes)
     recipe.check(settings, folder)
+    _check_component_dtypes(settings, folder, recipe)
     input_files = {name: read_input(name, getattr(settings, name)).digest for name in settings.FILES
                    if getattr(settings, name) is not None}
 
@@ -154,10 +165,27 @@ def make_plan(settings: Settings, *, frameworks: Sequence[str] = FRAMEWORKS,
     if mindspore_mode == "graph" and recipe.pynative_only and "mindspore" in frameworks \
             and framework("mindspore").compiles_on_cpu(devices["mindspore"]):
         mindspore_mode, mode_reason = "pynative", recipe.pynative_only
+    if mindspore_mode == "graph" and settings.dtype == "bfloat16" and "mindspore" in frameworks \
+            and framework("mindspore").compiles_on_cpu(devices["mindspore"]):
+        mindspore_mode, mode_reason = "pynative", BFLOAT16_ON_CPU
+    if mindspore_mode == "graph" and settings.component_dtypes and "mindspore" in frameworks:
+        mindspore_mode, mode_reason = "pynative", COMPONENT_DTYPES_PYNATIVE
     return Plan(settings=settings, folder=folder, recipe=recipe, scheduler=scheduler, frameworks=frameworks,
                 devices=devices, tolerance=tolerance, mindspore_mode=mindspore_mode, lockstep=bool(lockstep),
                 layers=layers, noise_floor=bool(noise_floor), denoiser_calls=calls, input_files=input_files,
-                mindspore_mode_reason=mode_reason)
+                mindspore_mode_reason=mode_reason, tolerance_given=tolerance_given)
+
+
+def _check_component_dtypes(settings: Settings, folder: ModelFolder, recipe: Recipe) -> None:
+    """``--component-dtype`` names a component of the folder that holds weights, not the
+    denoiser (it runs in ``--dtype``)."""
+    accepted = [name for name in model_components(folder) if name != recipe.denoiser]
+    for name, dtype in settings.component_dtypes.items():
+        if name not in accepted:
+            why = f"the denoiser runs in --dtype ({settings.dtype})" if name == recipe.denoiser else \
+                f"{folder.path!r} has no component {name!r} with weights"
+            raise UsageError(f"--component-dtype {name}={dtype}: {why}; accepted: "
+                             f"{', '.join(accepted) or 'none (this folder has no other component with weights)'}")
 
 
 def _scheduler_plan(settings: Settings, folder: ModelFolder, recipe: Recipe, library: Any) -> SchedulerPlan:
@@ -215,7 +243,7 @@ def fitting_schedulers(recipe: Recipe, base: Mapping[str, Any], library: Any) ->
 def _check_call_options(settings: Settings, recipe: Recipe, scheduler: SchedulerPlan, library: Any) -> None:
     """Call options go to the library pipeline's call: refused when the run makes none (the
     generic loop) or the call takes no such keyword."""
-    if not recipe.runs_library_pipeline(scheduler.cls):
+    if not recipe.runs_library_pipeline(scheduler.cls, settings.dtype):
         raise UsageError(f"call options ({', '.join(settings.call_options)}) go to {recipe.pipeline}'s call, which "
                          f"a run with {scheduler.cls} does not make (it runs xrand's denoising loop)")
     with silenced():  # the first use of a pipeline class imports its module

@@ -41,7 +41,8 @@ class Comparison:
     def verdict(self) -> str:
         a, b = self.frameworks
         word = "PASS" if self.passed else "FAIL"
-        line = (f"{word}: {a} vs {b} after {self.settings.steps} steps, relative L2 {self.final['rel_l2']:.3g} "
+        noise = " (native noise: each library's own generator)" if self.settings.noise == "native" else ""
+        line = (f"{word}: {a} vs {b}{noise} after {self.settings.steps} steps, relative L2 {self.final['rel_l2']:.3g} "
                 f"(tolerance {self.tolerance:g}), max |diff| {self.final['max_abs']:.3g}, "
                 f"PSNR {self.final['psnr_db']:.1f} dB")
         if self.noise_floor is not None:

@@ -21,6 +21,7 @@ from ..generator import Generator
 from ..patch import patched
 from ..pipelines import schedulers
 from ..pipelines.brownian import use_xrand_brownian
+from ..pipelines.components import component_dtypes, model_components, use_component_dtypes
 from ..pipelines.frameworks import Framework, framework
 from ..pipelines.loop import denoising_loop
 from ..pipelines.settings import Settings
@@ -33,9 +34,11 @@ class Side:
     """What one framework produced: images in [0, 1] (NHWC), the noise and every step.
 
     ``ran``: the pipeline (or ``"denoising_loop"``), scheduler class, scheduler options, step
-    options and full scheduler config this side actually ran, the noise values drawn
-    during the steps (``noise_draws``), whether xrand gave ``step`` the generator the pipeline
-    did not pass, and the input files' digests. ``recording``: the denoiser calls and steps kept for
+    options and full scheduler config this side actually ran, where its noise came from
+    (``noise``: the shared stream, or the library's own generator), the noise values drawn
+    during the steps (``noise_draws``, None for native noise), whether xrand gave ``step`` the generator the pipeline
+    did not pass, the input files' digests, the dtype and the operators that ran through a
+    half-precision stand-in (``half_precision_stand_ins``: kernel -> dtypes; MindSpore on a CPU). ``recording``: the denoiser calls and steps kept for
     lockstep and layers (not saved in side files).
     """
 
@@ -64,6 +67,7 @@ class Loaded:
     model: str
     dtype: str
     device: Optional[str]  # torch device, or MindSpore device target (None: the context's)
+    component_dtypes: Dict[str, str] = field(default_factory=dict)  # components in a dtype of their own
 
     @property
     def framework(self) -> str:
@@ -75,9 +79,12 @@ def load(plan: Plan, framework_name: str, quiet: bool = True) -> Loaded:
     fw = framework(framework_name)
     device = plan.devices.get(fw.name)
     pipe = plan.recipe.load(fw, plan.folder, plan.settings.dtype, device)
+    if plan.settings.component_dtypes:
+        use_component_dtypes(fw, pipe, plan.folder, plan.settings.component_dtypes, device)
     if hasattr(pipe, "set_progress_bar_config"):  # a library pipeline (a recipe may load its own kind)
         pipe.set_progress_bar_config(disable=quiet, desc=fw.name)
-    return Loaded(fw, pipe, plan.pipeline, plan.folder.path, plan.settings.dtype, device)
+    return Loaded(fw, pipe, plan.pipeline, plan.folder.path, plan.settings.dtype, device,
+                  dict(plan.settings.component_dtypes))
 
 
 class CountingGenerator(Generator):
@@ -106,24 +113,36 @@ def run(loaded: Loaded, plan: Plan, *, generator: Optional[CountingGenerator] = 
     ``plan.mindspore_mode``; a MindSpore side's ``environment`` says which mode ran and what the
     compile cache did. ``generator``: the run's noise, when it must be other than
     ``CountingGenerator(seed, stream=...)`` (the noise floor's float64 run draws as the float32
-    run did). ``record_calls`` / ``record_steps``: keep those denoiser calls / every step's
+    run did); with ``noise="native"`` the side draws from its library's own generator instead
+    (``ran["noise"]`` says how it was made; no draws are counted). ``record_calls`` / ``record_steps``: keep those denoiser calls / every step's
     inputs in ``side.recording``; ``feed``: run fed the reference's recording (lockstep), with
     the local error per step in ``side.local_steps``.
     """
     settings = plan.settings
-    if (plan.folder.path, settings.dtype, plan.pipeline) != (loaded.model, loaded.dtype, loaded.pipeline):
-        raise UsageError(f"this plan needs another pipeline: loaded {loaded.pipeline} {loaded.dtype} from "
-                         f"{loaded.model!r}, the plan runs {plan.pipeline} {settings.dtype} from {plan.folder.path!r}")
+    if (plan.folder.path, settings.dtype, plan.pipeline, settings.component_dtypes) != (
+            loaded.model, loaded.dtype, loaded.pipeline, loaded.component_dtypes):
+        def dtypes(dtype: str, components: Dict[str, str]) -> str:
+            return dtype + "".join(f" {name}={d}" for name, d in components.items())
+
+        raise UsageError(f"this plan needs another pipeline: loaded {loaded.pipeline} "
+                         f"{dtypes(loaded.dtype, loaded.component_dtypes)} from {loaded.model!r}, the plan runs "
+                         f"{plan.pipeline} {dtypes(settings.dtype, settings.component_dtypes)} from "
+                         f"{plan.folder.path!r}")
     fw, pipe, recipe = loaded.fw, loaded.pipe, plan.recipe
     pipe.scheduler = plan.scheduler.build(fw.import_library())
-    if generator is None:
+    native = settings.noise == "native"
+    if native:  # the library's own generator, passed where the library pipeline passes it, nowhere else
+        generator = fw.native_generator(settings.seed)
+    elif generator is None:
         generator = CountingGenerator(settings.seed, stream=settings.stream)
-    use_xrand_brownian(pipe.scheduler, generator, fw.name)  # DPMSolverSDE, CosineDPMSolverMultistep
-    boundary = Boundary(fw, plan.scheduler.step_options, generator, record_calls, record_steps, feed)
-    library_pipeline = recipe.runs_library_pipeline(plan.scheduler.cls)
+    if not native:
+        use_xrand_brownian(pipe.scheduler, generator, fw.name)  # DPMSolverSDE, CosineDPMSolverMultistep
+    boundary = Boundary(fw, plan.scheduler.step_options, generator, record_calls, record_steps, feed,
+                        add_generator=not native)
+    library_pipeline = recipe.runs_library_pipeline(plan.scheduler.cls, settings.dtype)
     start = time.perf_counter()
     with patched(fw.library), fw.running(loaded.device, plan.mindspore_mode, plan.graph_identity()) as state, \
-            boundary.attached(recipe.denoiser_of(pipe), pipe.scheduler):
+            fw.half_precision(settings.dtype) as stand_ins, boundary.attached(recipe.denoiser_of(pipe), pipe.scheduler):
         if library_pipeline:
             images = pipe(**plan.call_arguments(generator), return_dict=False)[0]
         else:
@@ -149,9 +168,13 @@ def run(loaded: Loaded, plan: Plan, *, generator: Optional[CountingGenerator] = 
             "scheduler_options": dict(settings.scheduler_options),
             "step_options": dict(plan.scheduler.step_options),
             "scheduler_config": schedulers.config_dict(pipe.scheduler),
-            "noise_draws": generator.drawn - boundary.drawn_before_steps,
+            "noise": fw.native_noise.format(seed=settings.seed) if native else f"shared ({settings.stream})",
+            "noise_draws": None if native else generator.drawn - boundary.drawn_before_steps,
             "generator_added_to_step": boundary.generator_added,
             "input_files": dict(plan.input_files),
+            "dtype": settings.dtype,
+            "component_dtypes": component_dtypes(fw, pipe, model_components(plan.folder)),
+            "half_precision_stand_ins": dict(stand_ins),
         },
         recording=boundary.recording,
         local_steps=boundary.local if feed is not None else None,

@@ -31,7 +31,7 @@ benchmarks/RESULTS.md, figure 5.
 Modules: :mod:`.ops` (the stand-ins and where each goes), :mod:`.install` (putting them in
 place and back), :mod:`.runtime` (launch, threads, oneDNN's instruction set).
 """
-from .install import cpu_fallbacks, install, installed, uninstall
+from .install import cpu_fallbacks, half_precision, install, installed, uninstall
 from .runtime import cap_onednn_isa, onednn_isa, tune_cpu_runtime
 
-__all__ = ["cap_onednn_isa", "cpu_fallbacks", "install", "installed", "onednn_isa", "tune_cpu_runtime", "uninstall"]
+__all__ = ["cap_onednn_isa", "cpu_fallbacks", "half_precision", "install", "installed", "onednn_isa", "tune_cpu_runtime", "uninstall"]

@@ -6,7 +6,8 @@ import sys
 
 import mindspore as ms
 
-from .ops import targets
+from . import ops
+from .ops import half_targets, targets
 
 # (owner, attribute name, original object) for every attribute install() replaced.
 _patched: list[tuple[object, str, object]] = []
@@ -96,3 +97,39 @@ def cpu_fallbacks():
 def _scanned_modules():
     return [m for n, m in list(sys.modules.items())
             if m is not None and n.startswith(_SCANNED_PREFIXES)]
+
+
+@contextlib.contextmanager
+def half_precision():
+    """Context manager: inside the block (on a CPU target, PyNative), the bfloat16 stand-ins of
+    :func:`.ops.half_targets` in place over whatever is there (the CPU fallbacks included), and
+    every name mindone bound to a replaced operator too. Yields a dict, filled when the block
+    ends: kernel -> the dtypes that ran through its stand-in (empty where none ran)."""
+    ran: dict = {}
+    if not on_cpu():
+        yield ran
+        return
+    undo: list = []
+    replaced: dict = {}
+    for owner, name, stand_in in half_targets():
+        original = vars(owner).get(name, _INHERITED)
+        if original is not _INHERITED:
+            replaced[id(original)] = (original, stand_in)
+        undo.append((owner, name, original))
+        setattr(owner, name, stand_in)
+    for module in _scanned_modules():
+        for name, value in list(vars(module).items()):
+            entry = replaced.get(id(value))
+            if entry is not None and value is entry[0]:
+                undo.append((module, name, value))
+                setattr(module, name, entry[1])
+    ops.reset_half_ran()
+    try:
+        yield ran
+    finally:
+        ran.update(ops.half_ran)
+        for owner, name, original in reversed(undo):
+            if original is _INHERITED:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, original)

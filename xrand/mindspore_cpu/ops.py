@@ -470,6 +470,197 @@ def _normalize(input, p=2.0, dim=1, eps=1e-12):
     return input / ops.clamp(norm, min=eps)
 
 
+# ------------------------------------------------ half precision (bfloat16, float16)
+# MindSpore 2.10's CPU kernels below have no bfloat16 (or float16) version ("Select CPU
+# operator[MatMul] fail! Unsupported data type!"), found running mindone 0.5.0's UNet2DModel
+# and Stable Diffusion in bfloat16 and float16. Each stand-in computes in float32 and rounds
+# the result once to the input's dtype, as torch's CPU kernels do for bfloat16 (float32
+# accumulation, one rounding of the output; aten/src/ATen/native/cpu/*, oneDNN's bf16 GEMM).
+
+#: The operators that ran through a half-precision stand-in since :func:`reset_half_ran`.
+half_ran: dict = {}
+
+
+def reset_half_ran() -> None:
+    half_ran.clear()
+
+
+def _note_half(name, dtype):
+    half_ran[name] = sorted(set(half_ran.get(name, [])) | {str(dtype).lower()})
+
+
+def _linear_half(original):
+    """mint.nn.Linear.construct (kernel Dense / MatMul: no bfloat16 on a CPU): the matmul and the
+    bias in float32, rounded once to bfloat16; other dtypes run ``original``."""
+    def construct(self, x):
+        if x.dtype != ms.bfloat16:
+            return original(self, x)
+        _note_half("Dense (mint.nn.Linear)", x.dtype)
+        out = ops.matmul(x.astype(ms.float32).reshape(-1, x.shape[-1]), self.weight.astype(ms.float32).T)
+        if self.bias is not None:
+            out = out + self.bias.astype(ms.float32)
+        return out.reshape(x.shape[:-1] + (self.weight.shape[0],)).astype(x.dtype)
+
+    return construct
+
+
+def _conv2d_half(original):
+    """mint.nn.Conv2d.construct (kernel Conv2D: no bfloat16 on a CPU): the conv in float32 from the
+    bfloat16 input, weight and bias, rounded once; other dtypes run ``original``."""
+    def construct(self, input):
+        if input.dtype != ms.bfloat16:
+            return original(self, input)
+        _note_half("Conv2D (mint.nn.Conv2d)", input.dtype)
+        bias = None if self.bias is None else self.bias.astype(ms.float32)
+        x, weight = input.astype(ms.float32), self.weight.astype(ms.float32)
+        padding = self.padding
+        if self.padding_mode != "zeros":
+            x, padding = _pad(x, self._reversed_padding, mode=self.padding_mode), 0
+        return _conv2d(x, weight, bias, self.stride, padding, self.dilation, self.groups).astype(input.dtype)
+
+    return construct
+
+
+def _nn_embedding_half(original):
+    """mindspore.nn.Embedding.construct (kernel Gather: no bfloat16 on a CPU; mindone.transformers'
+    CLIP token and position embeddings): the rows gathered from the float32 table, cast back
+    (exact); other dtypes run ``original``."""
+    def construct(self, ids):
+        if self.embedding_table.dtype != ms.bfloat16:
+            return original(self, ids)
+        _note_half("Gather (nn.Embedding)", ms.bfloat16)
+        rows = ops.gather(self.embedding_table.astype(ms.float32), ids.reshape((-1,)), 0)
+        return rows.reshape(ids.shape + (self.embedding_size,)).astype(ms.bfloat16)
+
+    return construct
+
+
+def _nn_layer_norm_half(original):
+    """mindspore.nn.LayerNorm.construct (kernel LayerNorm: no bfloat16 on a CPU; mindone.transformers'
+    CLIP): the norm in float32, rounded once; other dtypes run ``original``."""
+    def construct(self, input_x):
+        if input_x.dtype != ms.bfloat16:
+            return original(self, input_x)
+        _note_half("LayerNorm (nn.LayerNorm)", ms.bfloat16)
+        y, _, _ = self.layer_norm(input_x.astype(ms.float32), self.gamma.astype(ms.float32),
+                                  self.beta.astype(ms.float32))
+        return y.astype(ms.bfloat16)
+
+    return construct
+
+
+def _nn_dense_half(original):
+    """mindspore.nn.Dense.construct (kernel MatMul: no bfloat16 on a CPU; mindone.transformers'
+    CLIP): the matmul, bias and activation in float32, rounded once; other dtypes run ``original``."""
+    def construct(self, x):
+        if x.dtype != ms.bfloat16:
+            return original(self, x)
+        _note_half("MatMul (nn.Dense)", ms.bfloat16)
+        out = self.matmul(x.astype(ms.float32).reshape(-1, x.shape[-1]), self.weight.astype(ms.float32))
+        if self.has_bias:
+            out = out + self.bias.astype(ms.float32)
+        if self.activation_flag:
+            out = self.activation(out)
+        return out.reshape(x.shape[:-1] + (out.shape[-1],)).astype(ms.bfloat16)
+
+    return construct
+
+
+def _widened(value):
+    if isinstance(value, ms.Tensor) and value.dtype == ms.bfloat16:
+        return value.astype(ms.float32)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_widened(v) for v in value)
+    return value
+
+
+def _narrowed(value, dtype):
+    if isinstance(value, ms.Tensor) and value.dtype == ms.float32:
+        return value.astype(dtype)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_narrowed(v, dtype) for v in value)
+    return value
+
+
+def _tensors(values):
+    """The tensors among ``values``, inside lists and tuples too (stack and cat take a list)."""
+    for v in values:
+        if isinstance(v, ms.Tensor):
+            yield v
+        elif isinstance(v, (list, tuple)):
+            yield from _tensors(v)
+
+
+def _keeps_bfloat16(values) -> bool:
+    """Whether torch's promotion keeps a result of these arguments in bfloat16: no wider floating
+    tensor of one dimension or more among them (a 0-d float32 tensor or a Python float does not
+    widen a bfloat16 tensor, torch's type promotion)."""
+    return not any(v.ndim > 0 and v.dtype in (ms.float32, ms.float64) for v in _tensors(values))
+
+
+def half_stand_in(name, original):
+    """``original`` (a function of tensors) in float32 when one of its tensor arguments is
+    bfloat16, its float32 results rounded to bfloat16 where torch's promotion keeps bfloat16;
+    as it is otherwise. ``name``: the kernel the report lists."""
+    def stand_in(*args, **kwargs):
+        values = list(args) + list(kwargs.values())
+        if not any(v.dtype == ms.bfloat16 for v in _tensors(values)):
+            return original(*args, **kwargs)
+        _note_half(name, ms.bfloat16)
+        out = original(*_widened(args), **_widened(kwargs))
+        return _narrowed(out, ms.bfloat16) if _keeps_bfloat16(values) else out
+
+    stand_in.__name__ = stand_in.__qualname__ = f"half_{getattr(original, '__name__', name)}"
+    stand_in.__doc__ = f"{name} in float32 for bfloat16 inputs (no bfloat16 CPU kernel), rounded back."
+    return stand_in
+
+
+def half_maker(name, original):
+    """``original`` (a function making a tensor of ``dtype=``) made in float32 and cast when it is
+    asked for bfloat16 (a constant: exact where the value fits bfloat16, else rounded as torch
+    rounds it); as it is otherwise."""
+    def stand_in(*args, **kwargs):
+        if kwargs.get("dtype") is not ms.bfloat16 and kwargs.get("dtype") != ms.bfloat16:
+            return original(*args, **kwargs)
+        _note_half(name, ms.bfloat16)
+        return original(*args, **{**kwargs, "dtype": ms.float32}).astype(ms.bfloat16)
+
+    stand_in.__name__ = stand_in.__qualname__ = f"half_{getattr(original, '__name__', name)}"
+    stand_in.__doc__ = f"{name} made in float32 when bfloat16 is asked (no bfloat16 CPU kernel), then cast."
+    return stand_in
+
+
+#: (module attribute path, kernel name) of the functions given a bfloat16 stand-in.
+HALF_FUNCTIONS = (
+    ("mindspore.mint.nn.functional", "silu", "Sigmoid (silu)"),
+    ("mindspore.ops", "group_norm", "GroupNorm"),
+    ("mindspore.mint.nn.functional", "group_norm", "GroupNorm"),
+    ("mindspore.mint", "bmm", "BatchMatMulExt (bmm)"),
+    ("mindspore.mint", "baddbmm", "BatchMatMul (baddbmm)"),
+    ("mindspore.ops", "bmm", "BatchMatMul (bmm)"),
+    ("mindspore.mint", "matmul", "MatMulExt (matmul)"),
+    ("mindspore.mint.nn.functional", "softmax", "Softmax"),
+    ("mindspore.ops", "gather", "Gather"),
+    ("xrand.mindspore_cpu.ops", "_layer_norm", "LayerNorm"),
+    ("mindspore.ops", "gelu", "GeLU"),
+    ("mindspore.ops", "softmax", "Softmax"),
+    ("mindspore.mint", "sigmoid", "Sigmoid"),
+    ("mindspore.mint", "exp", "Exp"),
+    ("mindspore.mint", "sin", "Sin"),
+    ("mindspore.mint", "cos", "Cos"),
+    ("mindspore.mint", "sqrt", "Sqrt"),
+    ("mindspore.mint", "rsqrt", "Rsqrt"),
+    ("mindspore.mint", "mean", "MeanExt"),
+    ("mindspore.mint.nn.functional", "interpolate", "Upsample (interpolate)"),
+    ("mindspore.mint", "where", "Select (where)"),
+    ("mindspore.ops", "tile", "Tile"),
+    ("mindspore.ops", "stack", "Stack"),
+    ("mindspore.mint", "stack", "Stack"),
+    ("mindspore.mint", "chunk", "Split (chunk)"),
+    ("mindspore.ops", "split", "Split"),
+)
+
+
 def targets() -> list[tuple[object, str, object]]:
     """(owner, attribute, fallback) for each operator replaced on a CPU."""
     import mindspore.mint as mint
@@ -518,3 +709,45 @@ def targets() -> list[tuple[object, str, object]]:
         (Attention, "math_attention_op", _math_attention_op),
         (Embedding, "construct", _embedding_construct),
     ]
+
+
+#: (module, attribute, kernel name) of the functions that make a tensor of a ``dtype=``.
+HALF_MAKERS = (
+    ("mindspore.ops", "full", "FillV2 (full)"),
+    ("mindspore.mint", "full", "FillV2 (full)"),
+)
+
+#: Tensor methods given a bfloat16 stand-in (the schedulers' arithmetic on bfloat16 samples).
+HALF_TENSOR_METHODS = (("__truediv__", "RealDiv"), ("__rtruediv__", "RealDiv"), ("__pow__", "Pow"),
+                       ("__rsub__", "Sub (scalar)"), ("__mul__", "Mul"), ("__rmul__", "Mul"),
+                       ("clamp", "Maximum and Minimum (clamp)"), ("masked_fill", "MaskedFill"),
+                       ("tile", "Tile"), ("broadcast_to", "BroadcastTo"), ("expand", "BroadcastTo (expand)"),
+                       ("__add__", "Add"), ("__radd__", "Add"), ("__sub__", "Sub"), ("sum", "ReduceSum"),
+                       ("mean", "ReduceMean"), ("sqrt", "Sqrt"), ("exp", "Exp"), ("abs", "Abs"),
+                       ("__getitem__", "GatherNd (indexing)"))
+
+
+def half_targets() -> list[tuple[object, str, object]]:
+    """(owner, attribute, stand-in) for each operator given a bfloat16 stand-in, wrapping what is
+    there now (the CPU fallbacks of :func:`targets` where installed). PyNative only: the
+    stand-ins note in Python which ran (:data:`half_ran`)."""
+    import importlib
+
+    from mindspore import nn
+    from mindspore.mint.nn import Conv2d, Linear
+
+    out = [(Linear, "construct", _linear_half(Linear.construct)),
+           (nn.Embedding, "construct", _nn_embedding_half(nn.Embedding.construct)),
+           (nn.LayerNorm, "construct", _nn_layer_norm_half(nn.LayerNorm.construct)),
+           (nn.Dense, "construct", _nn_dense_half(nn.Dense.construct)),
+           (Conv2d, "construct", _conv2d_half(Conv2d.construct))]
+    for attribute, kernel in HALF_TENSOR_METHODS:
+        out.append((ms.Tensor, attribute, half_stand_in(kernel, getattr(ms.Tensor, attribute))))
+    for module, attribute, kernel in HALF_FUNCTIONS:
+        owner = importlib.import_module(module)
+        out.append((owner, attribute, half_stand_in(kernel, getattr(owner, attribute))))
+    for module, attribute, kernel in HALF_MAKERS:
+        owner = importlib.import_module(module)
+        out.append((owner, attribute, half_maker(kernel, getattr(owner, attribute))))
+    return out
+

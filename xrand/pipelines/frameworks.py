@@ -22,6 +22,9 @@ from .quiet import silenced
 #: The frameworks a comparison runs, in report order (the torch side is the reference).
 FRAMEWORKS: Tuple[str, ...] = ("torch", "mindspore")
 MINDSPORE_MODES: Tuple[str, ...] = ("pynative", "graph")
+#: Why a bfloat16 run of MindSpore on a CPU runs PyNative (xrand.mindspore_cpu.ops, half precision).
+BFLOAT16_ON_CPU = ("MindSpore's CPU kernels lack bfloat16 (MatMul, Conv2D, GroupNorm, Sigmoid, Div, Pow, ...); "
+                   "xrand's stand-ins compute those in float32 and round to bfloat16, in PyNative")
 #: What a comparison runs MindSpore in unless told otherwise: graph mode, its compiled graphs
 #: kept between processes by .graph_cache (PyNative's bits on a CPU, see .graph_calls; faster
 #: per step, benchmarks/RESULTS.md figure 5).
@@ -119,6 +122,20 @@ class Framework:
 
     _dtype_argument = ""
 
+    def load_component(self, cls: type, path: str, subfolder: str, dtype: str, device: Optional[str]) -> Any:
+        """One component of a pipeline folder, ``cls.from_pretrained(path, subfolder=...)`` in ``dtype``."""
+        with self.running(device, "pynative"), silenced(), _load_errors(path, self.library):
+            component = cls.from_pretrained(path, subfolder=subfolder, **{self._dtype_argument: self.dtype(dtype)})
+        return self._placed(component, device)
+
+    def module_dtype(self, module: Any) -> Optional[str]:
+        """The dtype a module's (first) weights are in, as a name (None: it has none)."""
+        raise NotImplementedError
+
+    def cast(self, tensor: Any, dtype: str) -> Any:
+        """The tensor in ``dtype`` (a name)."""
+        raise NotImplementedError
+
     def prepare(self) -> None:
         """Once before loading a model."""
 
@@ -128,6 +145,13 @@ class Framework:
     def randn(self, shape: Tuple[int, ...], generator: Any, dtype: Any, device: Any = None) -> Any:
         """The library's own ``randn_tensor`` (looked up at call time, so ``xrand.patched()`` applies)."""
         raise NotImplementedError
+
+    def native_generator(self, seed: int) -> Any:
+        """The generator the library's docs tell users to pass for ``seed`` (``--noise native``)."""
+        raise NotImplementedError
+
+    #: How :meth:`native_generator` makes it, for the report (``{seed}`` filled in).
+    native_noise = ""
 
     def tensor(self, array: np.ndarray, dtype: Optional[str] = None, device: Any = None) -> Any:
         """A tensor of ``array``'s values in ``dtype``, a name such as ``"bfloat16"`` or ``"int64"``
@@ -164,6 +188,11 @@ class Framework:
         compile cache). Yields a dict the run's environment is read from (:meth:`environment`)."""
         raise NotImplementedError
 
+    def half_precision(self, dtype: str) -> contextlib.AbstractContextManager:
+        """Around a run in ``dtype``: stand-ins for the kernels this framework lacks in it here.
+        Yields a dict, filled when the block ends: kernel -> dtypes that ran through a stand-in."""
+        return contextlib.nullcontext({})
+
     def environment(self, mode: str, state: Mapping[str, str], mode_reason: Optional[str] = None) -> Dict[str, Any]:
         """What a run in ``mode`` reports beyond versions (MindSpore: its mode, why when it is not
         the one asked, cache, oneDNN)."""
@@ -190,6 +219,13 @@ class Torch(Framework):
 
         return torch_utils.randn_tensor(shape, generator=generator, device=device, dtype=dtype)
 
+    native_noise = 'torch.Generator("cpu").manual_seed({seed})'
+
+    def native_generator(self, seed):
+        import torch
+
+        return torch.Generator("cpu").manual_seed(seed)
+
     def tensor(self, array, dtype=None, device=None):
         import torch
 
@@ -203,6 +239,15 @@ class Torch(Framework):
 
     def dtype_of(self, tensor):
         return str(tensor.dtype).replace("torch.", "")
+
+    def module_dtype(self, module):
+        first = next(iter(module.parameters()), None)
+        return None if first is None else self.dtype_of(first)
+
+    def cast(self, tensor, dtype):
+        import torch
+
+        return tensor.to(getattr(torch, dtype))
 
     def forward_of(self, module):
         return module.forward
@@ -252,6 +297,11 @@ class MindSpore(Framework):
 
         return mindspore_utils.randn_tensor(shape, generator=generator, dtype=dtype)
 
+    native_noise = "np.random.Generator(np.random.PCG64({seed}))"
+
+    def native_generator(self, seed):
+        return np.random.Generator(np.random.PCG64(seed))
+
     def tensor(self, array, dtype=None, device=None):
         import mindspore as ms
 
@@ -266,6 +316,15 @@ class MindSpore(Framework):
 
     def dtype_of(self, tensor):
         return str(tensor.dtype).lower()
+
+    def module_dtype(self, module):
+        first = next(iter(module.get_parameters()), None)
+        return None if first is None else self.dtype_of(first)
+
+    def cast(self, tensor, dtype):
+        import mindspore as ms
+
+        return tensor.astype(getattr(ms, dtype))
 
     def forward_of(self, module):
         return module.construct
@@ -293,6 +352,13 @@ class MindSpore(Framework):
             finally:
                 if freeze:
                     gc.unfreeze()
+
+    def half_precision(self, dtype):
+        if dtype != "bfloat16":
+            return contextlib.nullcontext({})
+        from ..mindspore_cpu import half_precision
+
+        return half_precision()  # on a CPU target only
 
     def environment(self, mode, state, mode_reason=None):
         from ..mindspore_cpu import onednn_isa

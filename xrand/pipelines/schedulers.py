@@ -325,11 +325,27 @@ def scheduler_label(name: str, options: Optional[Dict[str, Any]] = None) -> str:
 
 
 def split_label(label: str) -> Tuple[str, Dict[str, Any]]:
-    """:func:`scheduler_label`'s inverse: (class name, options)."""
-    name, _, options = label.partition(" ")
+    """:func:`scheduler_label`'s inverse: (class name, options); an entry's dtype is left out."""
+    name, _, options = split_entry(label)[0].partition(" ")
     return name, (json.loads(options) if options else {})
 
 
+#: Between a scheduler label and the dtype in a sweep over dtypes (``'DDIMScheduler @ bfloat16'``).
+DTYPE_MARK = " @ "
+
+
+def entry_label(label: str, dtype: Optional[str] = None) -> str:
+    """A sweep entry: a scheduler label, and the dtype in a sweep over dtypes."""
+    return label if dtype is None else f"{label}{DTYPE_MARK}{dtype}"
+
+
+def split_entry(label: str) -> Tuple[str, Optional[str]]:
+    """:func:`entry_label`'s inverse: (scheduler label, dtype or None)."""
+    scheduler, mark, dtype = label.rpartition(DTYPE_MARK)
+    return (scheduler, dtype) if mark and dtype.isidentifier() else (label, None)
+
+
 def row_label(row: Dict[str, Any]) -> str:
-    """The scheduler label of a results.jsonl row (its ``scheduler`` and ``options``)."""
-    return scheduler_label(str(row["scheduler"]), row.get("options") or None)
+    """The entry label of a results.jsonl row (its ``scheduler``, ``options`` and, in a sweep
+    over dtypes, ``dtype``)."""
+    return entry_label(scheduler_label(str(row["scheduler"]), row.get("options") or None), row.get("dtype"))

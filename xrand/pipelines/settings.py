@@ -16,7 +16,11 @@ from . import schedulers
 from .recipes import canonical_pipeline
 
 #: Model dtypes the pipelines run in.
-DTYPES: Tuple[str, ...] = ("float32", "float16")
+DTYPES: Tuple[str, ...] = ("float32", "float16", "bfloat16")
+#: Where a run's noise comes from: ``shared``, one ``xrand.Generator`` stream on both sides;
+#: ``native``, each library's own generator from the seed, as its docs tell users
+#: (:meth:`xrand.pipelines.frameworks.Framework.native_generator`).
+NOISES: Tuple[str, ...] = ("shared", "native")
 #: The longest schedule: the models' training schedule.
 MAX_STEPS = 1000
 #: Pipeline inputs of the families beyond text to image (Settings.INPUTS).
@@ -53,6 +57,18 @@ def check_call_options(options: Any) -> Dict[str, Any]:
     return options
 
 
+def check_component_dtypes(value: Any) -> Dict[str, str]:
+    """``component_dtypes``: component name -> one of :data:`DTYPES`."""
+    if not isinstance(value, dict) or not all(isinstance(k, str) and k.isidentifier() for k in value):
+        raise UsageTypeError(f"component_dtypes must map component names to dtypes, e.g. {{'vae': 'float32'}}, "
+                             f"got {value!r}")
+    for name, dtype in value.items():
+        if dtype not in DTYPES:
+            raise UsageError(f"--component-dtype {name}={dtype}: unknown dtype {dtype!r}; accepted: "
+                             f"{', '.join(DTYPES)}")
+    return dict(value)
+
+
 def _text(name: str, value: Any) -> Optional[str]:
     if value is not None and not isinstance(value, str):
         raise UsageTypeError(f"{name} must be a string, got {value!r}")
@@ -77,6 +93,10 @@ class Settings:
     eta: float = 0.0
     stream: str = DEFAULT_STREAM
     dtype: str = "float32"
+    noise: str = "shared"
+    # components loaded in a dtype of their own (name -> dtype, e.g. {"vae": "float32"}), the
+    # same on both sides; the names are checked against the folder when a comparison is planned
+    component_dtypes: Dict[str, str] = field(default_factory=dict)
     pipeline: Optional[str] = None
     scheduler: Optional[str] = None
     scheduler_options: Dict[str, Any] = field(default_factory=dict)
@@ -116,6 +136,10 @@ class Settings:
         stream_factory(self.stream)
         if self.dtype not in DTYPES:
             raise UsageError(f"unknown dtype {self.dtype!r} for the pipelines; accepted: {', '.join(DTYPES)}")
+        if self.noise not in NOISES:
+            raise UsageError(f"unknown noise {self.noise!r}; accepted: {', '.join(NOISES)} (shared: xrand's one "
+                             "stream on both sides; native: each library's own generator from the seed)")
+        set_(self, "component_dtypes", check_component_dtypes(self.component_dtypes))
         if self.pipeline is not None:
             set_(self, "pipeline", canonical_pipeline(self.pipeline))
         options = schedulers.check_options(self.scheduler_options)
@@ -158,8 +182,8 @@ class Settings:
         return {name: getattr(self, name) for name in self.INPUTS if getattr(self, name) is not None}
 
     #: The fields two sides must share (the model is matched by its weights' fingerprint).
-    COMPARED = ("steps", "seed", "batch_size", "eta", "stream", "dtype", "pipeline", "scheduler",
-                "scheduler_options", "prompt", "negative_prompt", "guidance_scale", "height", "width")
+    COMPARED = ("steps", "seed", "batch_size", "eta", "stream", "dtype", "noise", "component_dtypes", "pipeline",
+                "scheduler", "scheduler_options", "prompt", "negative_prompt", "guidance_scale", "height", "width")
     #: (input files are matched by their content's digest, in what each side ran)
     COMPARED = COMPARED + tuple(n for n in FAMILY_INPUTS if n not in FILE_INPUTS) + ("call_options",)
 

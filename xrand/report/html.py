@@ -115,6 +115,10 @@ def _settings_args(s: Mapping[str, Any], scheduler: bool = True) -> List[str]:
         args += ["--stream", s["stream"]]
     if s.get("dtype") not in (None, "float32"):
         args += ["--dtype", s["dtype"]]
+    if s.get("noise") not in (None, "shared"):
+        args += ["--noise", s["noise"]]
+    for name, dtype in sorted((s.get("component_dtypes") or {}).items()):
+        args += ["--component-dtype", f"{name}={dtype}"]
     if scheduler and s.get("scheduler"):
         args += ["--scheduler", s["scheduler"]]
     for key, value in sorted((s.get("scheduler_options") or {}).items()):
@@ -204,7 +208,7 @@ def sweep_command(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]])
     if len(names) == len(MATRIX) and len(names) > 1:
         args += ["--scheduler", "all"]
     elif names:
-        args += ["--scheduler", ",".join(split_label(n)[0] for n in names)]
+        args += ["--scheduler", ",".join(dict.fromkeys(split_label(n)[0] for n in names))]
     if s.get("tolerance") is not None:
         args += ["--tolerance", fmt(s["tolerance"], "g")]
     if s.get("mindspore_mode"):

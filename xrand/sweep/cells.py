@@ -9,7 +9,7 @@ from typing import Any, Dict
 
 from ..checks import UsageError
 from ..compare.metrics import ssim
-from .config import Cell, SweepConfig, split_label
+from .config import Cell, SweepConfig, split_entry, split_label
 
 #: Test hook: "SEED:TIMES[,SEED:TIMES]" kills the worker process running that seed's cells, TIMES times
 #: in all (counted by marker files in XRAND_SWEEP_TEST_KILL_DIR), as an out-of-memory kill would;
@@ -20,10 +20,11 @@ KILL_HOOK, KILL_DIR = "XRAND_SWEEP_TEST_KILL", "XRAND_SWEEP_TEST_KILL_DIR"
 class CellRunner:
     """The one place a sweep calls the pipeline API: load both sides once, then run cells.
 
-    Both pipelines are loaded once (:func:`xrand.compare.load_pair`, with the config's
-    ``load_scheduler``); each cell runs its plan on both sides and compares them
-    (:func:`xrand.compare.compare_loaded`), as ``xrand compare --scheduler all`` does per row.
-    ``run(seed, scheduler)`` takes a scheduler label (:func:`scheduler_label`) and returns a row of
+    Both pipelines are loaded once per dtype (:func:`xrand.compare.load_pair`, with the config's
+    ``load_scheduler``; in a sweep over dtypes each other dtype when a cell first needs it); each
+    cell runs its plan on both sides and compares them (:func:`xrand.compare.compare_loaded`), as
+    ``xrand compare --scheduler all`` does per row.
+    ``run(seed, scheduler)`` takes an entry label (:func:`entry_label`) and returns a row of
     results.jsonl (without ``seconds`` and ``worker``, which the caller adds).
     """
 
@@ -41,16 +42,17 @@ class CellRunner:
         torch.set_num_threads(config.threads_per_worker)
         tune_cpu_runtime(config.threads_per_worker)  # before loading: it can be set once per process
         self.config = config
-        self.pair = load_pair(config.cell_plan(0, config.load_scheduler))
+        first = config.cell_plan(0, config.load_scheduler)
+        self.pairs = {first.settings.dtype: load_pair(first)}
 
     def run(self, seed: int, scheduler: str) -> Dict[str, Any]:
-        from ..compare import compare_loaded
+        from ..compare import compare_loaded, load_pair
 
-        comparison = compare_loaded(self.pair, self.config.cell_plan(seed, scheduler))
-        name, options = split_label(scheduler)
-        row = {"seed": seed, "scheduler": name}
-        if options:
-            row["options"] = options
+        plan = self.config.cell_plan(seed, scheduler)
+        if plan.settings.dtype not in self.pairs:
+            self.pairs[plan.settings.dtype] = load_pair(plan)
+        comparison = compare_loaded(self.pairs[plan.settings.dtype], plan)
+        row = _cell_row(seed, scheduler)
         row.update(rel_l2=comparison.final["rel_l2"], max_abs=comparison.final["max_abs"],
                    psnr_db=comparison.final["psnr_db"], ssim=ssim(comparison.images["a"], comparison.images["b"]),
                    passed=comparison.passed)
@@ -96,12 +98,20 @@ def run_cell(runner: CellRunner, seed: int, scheduler: str) -> Dict[str, Any]:
     return row
 
 
-def error_row(cell: Cell, reason: str, worker: str = "", seconds: float = 0.0) -> Dict[str, Any]:
-    seed, label = cell
-    name, options = split_label(label)
+def _cell_row(seed: int, label: str) -> Dict[str, Any]:
+    """A row's cell: seed, scheduler, its options when it has any, the dtype in a sweep over dtypes."""
+    scheduler, dtype = split_entry(label)
+    name, options = split_label(scheduler)
     row: Dict[str, Any] = {"seed": seed, "scheduler": name}
     if options:
         row["options"] = options
+    if dtype is not None:
+        row["dtype"] = dtype
+    return row
+
+
+def error_row(cell: Cell, reason: str, worker: str = "", seconds: float = 0.0) -> Dict[str, Any]:
+    row = _cell_row(*cell)
     row.update(rel_l2=None, max_abs=None, psnr_db=None, ssim=None, passed=False, seconds=seconds, worker=worker,
                error=reason)
     return row

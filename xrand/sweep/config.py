@@ -5,13 +5,15 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..checks import UsageError, UsageTypeError, check_choice, check_seed
-from ..pipelines.schedulers import row_label, scheduler_label, split_label  # noqa: F401 (labels of cells)
+from ..pipelines.schedulers import (entry_label, row_label, scheduler_label, split_entry,  # noqa: F401 (labels)
+                                    split_label)
 
 SWEEP_VERSION = 1
 ENGINES = ("local", "ray")
 MAX_CELLS = 1_000_000
 
-Cell = Tuple[int, str]  # (seed, scheduler label: the class name, then its options as JSON if any)
+Cell = Tuple[int, str]  # (seed, entry label: the scheduler's class name, its options as JSON if any, the dtype
+#                         in a sweep over dtypes: 'DDIMScheduler @ bfloat16')
 
 
 def parse_seeds(text: Any) -> List[int]:
@@ -77,6 +79,21 @@ def parse_schedulers(text: Optional[str], plan: Any, user: Optional[Dict[str, An
     return list(labels)
 
 
+def parse_dtypes(text: Any) -> List[str]:
+    """``--dtype`` of a sweep: one dtype, or a comma list (``"float32,bfloat16"``: dtype becomes a
+    cell dimension); order kept, repeats dropped."""
+    from ..pipelines.settings import DTYPES
+
+    if not isinstance(text, str):
+        raise UsageTypeError(f"--dtype must be a string such as 'float32' or 'float32,bfloat16', got {text!r}")
+    names = [name.strip() for name in text.split(",")]
+    for name in names:
+        if name not in DTYPES:
+            raise UsageError(f"--dtype {text!r}: unknown dtype {name!r}; accepted: {', '.join(DTYPES)}, "
+                             "one or a comma list (e.g. float32,bfloat16)")
+    return list(dict.fromkeys(names))
+
+
 def check_workers(workers: Any) -> int:
     if isinstance(workers, bool) or not isinstance(workers, int):
         raise UsageTypeError(f"--workers must be a positive integer, got {workers!r}")
@@ -97,23 +114,31 @@ class SweepConfig:
     and scheduler replaced by the cell's. ``scheduler_options``: ``--scheduler-option``, in every
     entry's label. ``load_scheduler``: the scheduler label both sides are loaded with (the sweep's
     first entry, as :func:`xrand.compare.matrix.run_matrix` loads with its first row).
+    ``dtypes``: a sweep over dtypes (``--dtype float32,bfloat16``), each entry once per dtype;
+    empty: the plan's dtype only, not a dimension.
     """
 
     plan: Any  # Plan
     scheduler_options: Dict[str, Any] = field(default_factory=dict)
     threads_per_worker: int = 1
     load_scheduler: Optional[str] = None
+    dtypes: Tuple[str, ...] = ()
+
+    def entries(self, schedulers: List[str]) -> List[str]:
+        """The entry labels of these scheduler labels: each once per dtype in a sweep over dtypes."""
+        return [entry_label(s, d) for s in schedulers for d in self.dtypes] if self.dtypes else list(schedulers)
 
     @property
     def settings(self) -> Any:
         return self.plan.settings
 
     def cell_plan(self, seed: int, scheduler: Optional[str]) -> Any:
-        """The Plan of one cell: the sweep's, with the cell's seed and scheduler label."""
+        """The Plan of one cell: the sweep's, with the cell's seed, scheduler and dtype (its entry label)."""
         if scheduler is None:
             return self.plan.cell(seed=seed)
-        name, options = split_label(scheduler)
-        return self.plan.cell(seed=seed, scheduler=name, scheduler_options=options)
+        label, dtype = split_entry(scheduler)
+        name, options = split_label(label)
+        return self.plan.cell(seed=seed, scheduler=name, scheduler_options=options, dtype=dtype)
 
     def describe(self) -> Dict[str, Any]:
         """The settings as plain values, flat: the compare settings (less the cell's seed and
@@ -124,6 +149,11 @@ class SweepConfig:
         out.update(tolerance=plan.tolerance, mindspore_mode=plan.mindspore_mode,
                    torch_device=plan.devices.get("torch"), mindspore_device=plan.devices.get("mindspore"),
                    threads_per_worker=self.threads_per_worker)
+        if self.dtypes:  # a dimension: each cell's dtype is in its row, each dtype's tolerance here
+            from ..compare.plan import DEFAULT_TOLERANCE
+
+            out.update(dtype=",".join(self.dtypes), tolerance={
+                d: plan.tolerance if plan.tolerance_given else DEFAULT_TOLERANCE[d] for d in self.dtypes})
         return out
 
     def identity(self) -> Dict[str, Any]:

@@ -19,14 +19,15 @@ from .summary import write_summary
 def run_sweep(config: SweepConfig, seeds: Iterable[int], schedulers: Iterable[str], out: str, workers: int = 1,
               engine: str = "local", ray_address: Optional[str] = None,
               progress: bool = False) -> SweepResult:
-    """Run every missing cell of seeds x schedulers into ``out``; write the summary and plot.
+    """Run every missing cell of seeds x schedulers (x ``config.dtypes``) into ``out``; write the
+    summary and plot.
 
     Usage errors are raised before anything is written. Ctrl-C stops the workers, keeps every
     finished cell and writes the summary of those (``SweepResult.interrupted``).
     """
     check_workers(workers)
     check_engine(engine)
-    cells = [(seed, name) for name in schedulers for seed in seeds]
+    cells = [(seed, name) for name in config.entries(list(schedulers)) for seed in seeds]
     if not cells:
         raise UsageError("a sweep needs at least one seed and one scheduler")
     if engine == "ray":

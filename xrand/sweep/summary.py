@@ -9,7 +9,7 @@ import numpy as np
 
 from ..files import atomic_path, json_safe, pyplot, write_json, write_text
 from ..report.html import write_sweep_page
-from .config import SWEEP_VERSION, Cell, SweepConfig, split_label
+from .config import SWEEP_VERSION, Cell, SweepConfig, split_entry, split_label
 from .results import SweepResult
 
 SUMMARY_JSON, SUMMARY_MD, PLOT = "summary.json", "summary.md", "sweep.png"
@@ -45,7 +45,9 @@ def summarize(cells: List[Cell], rows: Dict[Cell, Dict[str, Any]]) -> Dict[str, 
         mine = [rows[c] for c in cells if c[1] == name and c in rows]
         ok = [r for r in mine if "error" not in r]
         passed = sum(1 for r in mine if r.get("passed"))
+        scheduler, dtype = split_entry(name)
         per[name] = {
+            **({} if dtype is None else {"scheduler": scheduler, "dtype": dtype}),  # per (scheduler, dtype)
             "cells": sum(1 for c in cells if c[1] == name),
             "finished": len(mine),
             "passed": passed,
@@ -94,7 +96,8 @@ def summary_markdown(summary: Dict[str, Any]) -> str:
     lines = [f"# xrand sweep: {summary['verdict']}", "",
              f"{summary['finished']} of {summary['cells']} cells finished ({summary['ran_now']} in the last run). "
              f"Model {s['model']} ({s['pipeline']}), {s['steps']} steps, batch {s['batch_size']}, eta {s['eta']}, "
-             f"stream {s['stream']}, {s['dtype']}, MindSpore {s['mindspore_mode']}"
+             f"stream {s['stream']}, {s['dtype']}" + (", noise native" if s.get("noise") == "native" else "")
+             + f", MindSpore {s['mindspore_mode']}"
              + (f", prompt {s['prompt']!r}" if s.get("prompt") else "") + ".", "",
              "| scheduler | cells | passed | failed | errors | pass rate (95% Wilson) |", "| --- | --- | --- | --- | --- | --- |"]
     for name, p in summary["schedulers"].items():
@@ -123,7 +126,7 @@ def plot_sweep(result: SweepResult, config: SweepConfig, path: str) -> None:
     names = list(dict.fromkeys(s for _, s in result.cells))
     fig, axes = plt.subplots(1, 3, figsize=(12, 4.6), layout="constrained")
     rng = np.random.default_rng(0)  # jitter only
-    tol = config.plan.tolerance
+    tols = sorted({config.cell_plan(0, name).tolerance for name in names}) if config.dtypes else [config.plan.tolerance]
     panels = (("rel_l2", "relative L2", 0.0), ("psnr_db", "PSNR (dB)", math.inf), ("ssim", "1 - SSIM", 0.0))
     for ax, (key, label, exact) in zip(axes, panels):
         data = []
@@ -131,17 +134,19 @@ def plot_sweep(result: SweepResult, config: SweepConfig, path: str) -> None:
             values = [float(r[key]) for c, r in result.rows.items() if c[1] == name and "error" not in r]
             values = [1 - v for v in values] if key == "ssim" else values  # SSIM sits within 1e-6 of 1
             data.append([v for v in values if not math.isnan(v)])
-        band = ExactBand([v for d in data for v in d] + ([tol] if key == "rel_l2" else []), exact=exact)
+        band = ExactBand([v for d in data for v in d] + (tols if key == "rel_l2" else []), exact=exact)
         band.start(ax)
         placed = [list(band(d)) or [np.nan] for d in data]
         ax.boxplot(placed, showfliers=False)
         for i, values in enumerate(placed, 1):
             ax.plot(i + rng.uniform(-0.15, 0.15, len(values)), values, "o", ms=3, alpha=0.6)
         ax.set_xticks(range(1, len(names) + 1))
-        ax.set_xticklabels([describe(*split_label(name)) for name in names], rotation=20, fontsize=8)
+        ax.set_xticklabels([describe(*split_label(name)) + (f"\n{split_entry(name)[1]}" if split_entry(name)[1] else "")
+                            for name in names], rotation=20, fontsize=8)
         ax.set_title(label)
         if key == "rel_l2":
-            ax.axhline(band([tol])[0], color="tab:red", lw=0.8, ls="--", label=f"tolerance {tol:g}")
+            for tol in tols:
+                ax.axhline(band([tol])[0], color="tab:red", lw=0.8, ls="--", label=f"tolerance {tol:g}")
             ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2))
         band.finish(ax)
     fig.suptitle(f"xrand sweep: {sum(1 for c in result.cells if c in result.rows)} cells, "

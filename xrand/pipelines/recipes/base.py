@@ -21,7 +21,8 @@ recipe says:
   another scheduler the side runs the generic loop (:mod:`..loop`) through ``latent_shape``,
   ``conditioning``, ``denoiser_call`` and ``decode``, because both libraries' ``DDIMPipeline``
   turn any scheduler into DDIM and ``DDPMPipeline`` skips ``init_noise_sigma`` and
-  ``scale_model_input``;
+  ``scale_model_input``; ``library_dtypes``: the dtypes the library pipeline can run in (in
+  others, the generic loop too);
 - ``load``: how a side loads it (by default the library's class ``from_pretrained``).
 """
 from __future__ import annotations
@@ -60,6 +61,8 @@ class Recipe:
     call_names: Mapping[str, str] = {"mask": "mask_image", "frames": "num_frames"}
     takes_eta: bool = False
     pynative_only: Optional[str] = None
+    #: The dtypes the library pipeline can run in (None: any); in others a side runs the generic loop.
+    library_dtypes: Optional[Tuple[str, ...]] = None
 
     def check(self, settings: Any, folder: Any) -> None:
         """Refuse settings this pipeline cannot run, before any work: an input it does not take,
@@ -86,7 +89,11 @@ class Recipe:
         """What height and width must be a multiple of, for this folder's components."""
         return self.size_multiple
 
-    def runs_library_pipeline(self, scheduler: str) -> bool:
+    def runs_library_pipeline(self, scheduler: str, dtype: str = "float32") -> bool:
+        """Whether a run with this scheduler in this dtype calls the library pipeline (else: the
+        generic loop, :mod:`..loop`)."""
+        if self.library_dtypes is not None and dtype not in self.library_dtypes:
+            return False
         return self.native_schedulers is None or scheduler in self.native_schedulers
 
     def call_arguments(self, settings: Any, generator: Any) -> Dict[str, Any]:
