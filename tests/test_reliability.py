@@ -1,0 +1,115 @@
+"""Nothing lost, nothing refused late (issue 24): --out checked before any work, files with the
+user's umask, a run compared with itself refused, XRAND_BACKEND read the same by every command,
+a killed sweep leaves no worker behind, a compare killed in a later stage keeps what finished."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("diffusers")
+
+from conftest import make_tiny_model  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    return make_tiny_model(tmp_path_factory.mktemp("rel") / "model")
+
+
+def xrand_cli(*args, cwd=None, env=None, umask=None):
+    return subprocess.run([sys.executable, "-m", "xrand", *args], capture_output=True, text=True, cwd=cwd,
+                          env=dict(os.environ, **(env or {})), timeout=600,
+                          preexec_fn=None if umask is None else (lambda: os.umask(umask)))
+
+
+def one_line_error(out, message):
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
+    assert message in lines[0], lines[0]
+
+
+# -- --out checked before any model loads ------------------------------------------------------------
+@pytest.mark.parametrize("args, message", [
+    (["compare", "--steps", "1", "--out", "/proc/x"], "--out '/proc/x' cannot be written"),
+    (["compare", "--steps", "1", "--out", "/proc/x/y"], "--out '/proc/x/y' cannot be written"),
+    (["sweep", "--seeds", "0-1", "--out", "/proc/x"], "--out '/proc/x' cannot be written"),
+    (["run", "--backend", "torch", "--out", "/proc/x/side.safetensors"], "cannot be written"),
+    (["run", "--backend", "torch", "--out", "."], "--out '.' is a folder; give a file name"),
+])
+def test_an_unwritable_or_wrong_out_is_refused_before_any_model_loads(args, message, tmp_path):
+    start = time.monotonic()
+    out = xrand_cli(*args, "--model", "/no/such/model/either", cwd=str(tmp_path))
+    one_line_error(out, message)  # the --out error, not the model's: found first
+    assert os.listdir(tmp_path) == []
+
+
+def test_an_out_that_is_a_file_is_refused_for_compare_and_sweep(tmp_path):
+    (tmp_path / "f").write_text("")
+    one_line_error(xrand_cli("compare", "--steps", "1", "--out", "f", cwd=str(tmp_path)),
+                   "--out 'f' exists and is not a folder")
+    one_line_error(xrand_cli("sweep", "--seeds", "0", "--out", "f", cwd=str(tmp_path)),
+                   "--out 'f' exists and is not a folder")
+    assert os.listdir(tmp_path) == ["f"]
+
+
+def test_checking_a_new_out_folder_leaves_nothing_behind(tmp_path):
+    from xrand.files import check_out_file, check_out_folder
+
+    assert check_out_folder(str(tmp_path / "a" / "b")) == str(tmp_path / "a" / "b")
+    check_out_file(str(tmp_path / "c" / "side.safetensors"))
+    assert os.listdir(tmp_path) == []
+
+
+# -- XRAND_BACKEND ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("args", [["doctor"], ["compare", "--steps", "1"], ["compare", "a.safetensors", "b.safetensors"],
+                                  ["run", "--backend", "torch", "--out", "s.safetensors"],
+                                  ["sweep", "--seeds", "0", "--out", "s"]])
+def test_an_unknown_xrand_backend_is_the_same_one_line_error_for_every_command(args, tmp_path):
+    out = xrand_cli(*args, cwd=str(tmp_path), env={"XRAND_BACKEND": "jax"})
+    one_line_error(out, "environment variable XRAND_BACKEND='jax' names no backend; known backends: ")
+    assert os.listdir(tmp_path) == []
+
+
+# -- umask and self-comparison, on torch side files -----------------------------------------------------
+@pytest.fixture(scope="module")
+def two_torch_runs(tiny_model, tmp_path_factory):
+    """Two separate torch runs of the same settings (comparable: other runs, same numbers), written
+    with umask 002."""
+    folder = tmp_path_factory.mktemp("sides")
+    for name in ("a", "b"):
+        out = xrand_cli("run", "--backend", "torch", "--model", tiny_model, "--steps", "2", "--batch-size", "1",
+                        "--quiet", "--out", str(folder / f"{name}.safetensors"), umask=0o002)
+        assert out.returncode == 0, out.stderr
+    return folder
+
+
+def mode(path):
+    return os.stat(path).st_mode & 0o777
+
+
+def test_side_files_and_reports_get_the_users_umask(two_torch_runs, tmp_path):
+    assert mode(two_torch_runs / "a.safetensors") == 0o664
+    for umask, want in ((0o002, 0o664), (0o077, 0o600)):
+        out_dir = tmp_path / f"o{umask:o}"
+        out = xrand_cli("compare", str(two_torch_runs / "a.safetensors"), str(two_torch_runs / "b.safetensors"),
+                        "--out", str(out_dir), umask=umask)
+        assert out.returncode == 0, out.stderr
+        files = sorted(os.listdir(out_dir))
+        assert files == ["comparison.png", "divergence.png", "report.html", "report.json"]
+        assert {name: mode(out_dir / name) for name in files} == {name: want for name in files}
+
+
+def test_a_run_compared_with_itself_is_refused(two_torch_runs, tmp_path):
+    a = str(two_torch_runs / "a.safetensors")
+    shutil.copy(a, tmp_path / "copy.safetensors")
+    for other in (a, str(tmp_path / "copy.safetensors")):
+        out = xrand_cli("compare", a, other, "--out", str(tmp_path / "o"))
+        one_line_error(out, "both sides are the same torch run")
+    assert sorted(os.listdir(tmp_path)) == ["copy.safetensors"]
+
