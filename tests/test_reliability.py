@@ -113,3 +113,58 @@ def test_a_run_compared_with_itself_is_refused(two_torch_runs, tmp_path):
         one_line_error(out, "both sides are the same torch run")
     assert sorted(os.listdir(tmp_path)) == ["copy.safetensors"]
 
+
+# -- a killed sweep leaves no worker ----------------------------------------------------------------------
+def children_of(pid):
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_sweep_killed_by_sigkill_leaves_no_worker_and_the_next_run_resumes(mindone, tmp_path):
+    out = str(tmp_path / "sweep")
+    # cells of many seconds: the worker is inside the second cell when the sweep is killed, where
+    # it would not see its pipe close until the cell ends
+    command = ["sweep", "--steps", "100", "--batch-size", "4", "--seeds", "0-1", "--out", out, "--quiet"]
+    sweep = subprocess.Popen([sys.executable, "-m", "xrand", *command], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, preexec_fn=lambda: os.umask(0o002))
+    try:
+        results = os.path.join(out, "results.jsonl")
+        while sweep.poll() is None and not (os.path.exists(results) and os.path.getsize(results) > 0):
+            time.sleep(0.05)
+        workers = children_of(sweep.pid)
+        assert sweep.poll() is None and workers, sweep.stderr.read()
+        sweep.kill()  # SIGKILL: the sweep cannot close its workers
+        sweep.wait()
+        deadline = time.monotonic() + 4
+        while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [pid for pid in workers if alive(pid)]
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+            sweep.wait()
+    with open(results) as f:
+        kept = sum(1 for line in f if line.strip())
+    assert kept == 1
+    again = xrand_cli(*command, umask=0o002)
+    assert again.returncode == 0, again.stderr
+    line = json.loads(again.stdout)
+    assert (line["finished"], line["ran"]) == (2, 1)
+    assert mode(os.path.join(out, "summary.md")) == mode(os.path.join(out, "sweep.png")) == 0o664
