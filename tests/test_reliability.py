@@ -168,3 +168,52 @@ def test_a_sweep_killed_by_sigkill_leaves_no_worker_and_the_next_run_resumes(min
     line = json.loads(again.stdout)
     assert (line["finished"], line["ran"]) == (2, 1)
     assert mode(os.path.join(out, "summary.md")) == mode(os.path.join(out, "sweep.png")) == 0o664
+
+
+# -- a compare in stages: nothing finished is lost --------------------------------------------------------
+def test_a_compare_killed_during_the_floor_keeps_both_sides_and_the_rerun_runs_only_the_floor(
+        tiny_model, mindone, tmp_path, monkeypatch):
+    import xrand.compare.staged as staged
+    from xrand.cli import main
+
+    out = str(tmp_path / "o")
+    command = ["compare", "--model", tiny_model, "--steps", "2", "--batch-size", "1", "--quiet", "--out", out]
+
+    def killed(*args, **kwargs):
+        raise MemoryError("killed during the floor")
+
+    monkeypatch.setattr(staged, "pipeline_floor", killed)
+    with pytest.raises(MemoryError):
+        main(command)
+    report = json.load(open(os.path.join(out, "report.json")))
+    assert report["stages"] == {"done": ["sides"], "missing": ["floor"]}
+    assert "noise_floor" not in report and report["verdict"] == "pass"
+    assert "(still missing: floor)" in report["summary"]
+    assert {"torch.safetensors", "mindspore.safetensors", "comparison.png", "divergence.png",
+            "report.html"} <= set(os.listdir(out))
+    first_final = report["final"]
+
+    monkeypatch.undo()
+    calls = []
+    for name in ("load", "run", "pipeline_floor"):
+        real = getattr(staged, name)
+
+        def counted(*args, _real=real, _name=name, **kwargs):
+            calls.append((_name, args[1] if _name == "load" else args[0].framework))
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(staged, name, counted)
+    assert main(command) == 0
+    assert calls == [("load", "torch"), ("pipeline_floor", "torch")]  # no side ran again
+    report = json.load(open(os.path.join(out, "report.json")))
+    assert report["stages"] == {"done": ["sides", "floor"], "missing": []}
+    assert report["final"] == first_final and report["noise_floor"]["rel_l2"] > 0
+
+
+def test_a_folder_of_another_comparison_is_refused_before_any_model_loads(tiny_model, mindone, tmp_path):
+    out = str(tmp_path / "o")
+    first = xrand_cli("compare", "--model", tiny_model, "--steps", "1", "--batch-size", "1", "--no-noise-floor",
+                      "--quiet", "--out", out)
+    assert first.returncode == 0, first.stderr
+    again = xrand_cli("compare", "--model", tiny_model, "--steps", "2", "--batch-size", "1", "--quiet", "--out", out)
+    one_line_error(again, f"--out {out!r} holds a comparison of other settings (differing: settings.steps 1 vs 2)")

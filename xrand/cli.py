@@ -90,7 +90,7 @@ def _say(args, text: str) -> None:
 
 
 def cmd_compare(args) -> int:
-    from .compare import compare_frameworks, compare_sides
+    from .compare import compare_sides
     from .report.compare import write_report
 
     out_dir = check_out_folder(args.out or time.strftime("xrand-compare-%Y%m%d-%H%M%S"))
@@ -111,10 +111,19 @@ def cmd_compare(args) -> int:
     elif (args.scheduler or "").lower() == "all":
         return _compare_matrix(args, out_dir)
     else:
+        from .compare.staged import compare_in_stages
+
         plan = _plan(args, layers=_layer_options(args))
         _say(args, f"xrand: comparing diffusers (torch) and mindone.diffusers (MindSpore) on {plan.folder.path}")
         import_frameworks(["torch", "mindspore"])
-        comparison = compare_frameworks(plan, quiet=args.quiet)
+
+        def on_stage(comparison, missing):  # each stage's report as soon as it exists
+            write_report(comparison, out_dir)
+            if missing:
+                _say(args, f"xrand: report of {', '.join(comparison.stages['done'])} in {out_dir}/; "
+                           f"next: {', '.join(missing)}")
+
+        comparison = compare_in_stages(plan, out_dir, on_stage, quiet=args.quiet, say=lambda text: _say(args, text))
     paths = write_report(comparison, out_dir)
     verdict = [comparison.verdict()] + ([] if comparison.layers is None else [comparison.layers.summary()])
     return _finish(args, comparison.passed, verdict, "report and pictures", out_dir, paths)

@@ -111,6 +111,24 @@ class LayerReport:
                 "rule": self.rule, "use_floors": self.use_floors, "floor": self.floor, "unmatched": self.unmatched,
                 "seconds": self.seconds, "modules": [m.to_dict() for m in self.modules]}
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "LayerReport":
+        """The report :meth:`to_dict` wrote (``report.json``'s, ``stages.json``'s), read back."""
+        known = {"name", "type", "rel_l2", "local_rel_l2", "max_abs", "limit", "over", "floor_rel_l2", "call"}
+
+        def number(value: Any) -> Optional[float]:
+            return None if value is None else float(value)  # json_safe wrote "inf" and "nan" as text
+
+        modules = [ModuleDiff(m["name"], m["type"], m.get("call", 0), number(m["rel_l2"]), number(m["local_rel_l2"]),
+                              number(m["max_abs"]), floor_rel_l2=number(m.get("floor_rel_l2")),
+                              limit=number(m["limit"]),
+                              msprobe={k: number(v) for k, v in m.items() if k not in known})
+                   for m in data["modules"]]
+        return cls(threshold=float(data["threshold"]), modules=modules, culprit=data["culprit"],
+                   unmatched=dict(data["unmatched"]), floor=data["floor"], step=data["step"],
+                   timestep=number(data["timestep"]), seconds=float(data["seconds"]), rule=data["rule"],
+                   use_floors=bool(data["use_floors"]))
+
     def summary(self) -> str:
         """The console's lines: the culprit (the first call over its limit whose submodules stay
         within), how many calls are over, and the worst of them."""

@@ -31,6 +31,7 @@ class Comparison:
     ran: Dict[str, Dict[str, Any]] = field(default_factory=dict)
     noise_floor: Optional[Dict[str, Any]] = None  # torch against itself (floor.noise_floor)
     layers: Optional[Any] = None  # a layers.LayerReport
+    stages: Optional[Dict[str, List[str]]] = None  # {"done": [...], "missing": [...]} of a staged run (.staged)
 
     @property
     def passed(self) -> bool:
@@ -45,6 +46,8 @@ class Comparison:
         if self.noise_floor is not None:
             line += "; " + floor_ratio_text(self.final["rel_l2"], self.noise_floor["rel_l2"], a, b,
                                             self.settings.dtype)
+        if self.stages and self.stages["missing"]:
+            line += f" (still missing: {', '.join(self.stages['missing'])})"
         return line
 
 
