@@ -28,7 +28,7 @@ from .result import Comparison, compare_sides
 from .sidefile import load_side, save_side
 from .sides import Everything, Loaded, Side, load, run
 
-STAGES = ("sides", "lockstep", "layers", "floor")
+STAGES = ("sides", "lockstep", "floor", "layers")
 STAGE_FILE = "stages.json"
 STAGES_VERSION = 1
 
@@ -39,8 +39,8 @@ def side_file(out_dir: str, framework: str) -> str:
 
 def wanted(plan: Plan) -> List[str]:
     """The stages this plan asks for, in the order they run."""
-    return ["sides"] + [name for name, asked in (("lockstep", plan.lockstep), ("layers", plan.layers is not None),
-                                                 ("floor", plan.noise_floor)) if asked]
+    return ["sides"] + [name for name, asked in (("lockstep", plan.lockstep), ("floor", plan.noise_floor),
+                                                 ("layers", plan.layers is not None)) if asked]
 
 
 def identity(plan: Plan) -> Dict[str, Any]:
@@ -123,9 +123,20 @@ def _differences(a: Dict[str, Any], b: Dict[str, Any], prefix: str = "") -> List
 
 
 def _free(pipes: Dict[str, Loaded], name: str) -> None:
-    """Drop a framework's pipeline (its weights are most of a side's memory)."""
-    if pipes.pop(name, None) is not None:
-        gc.collect()
+    """Drop a framework's pipeline (its weights are most of a side's memory). A torch pipeline's
+    modules are moved to the meta device first, so that their memory goes even while a caller's
+    frame still refers to them (:func:`.layers.layers_at_step` drops torch's mid-call)."""
+    loaded = pipes.pop(name, None)
+    if loaded is None:
+        return
+    if name == "torch":
+        import torch
+
+        for component in (getattr(loaded.pipe, "components", None) or {}).values():
+            if isinstance(component, torch.nn.Module):
+                component.to("meta")
+    del loaded
+    gc.collect()
 
 
 def compare_in_stages(plan: Plan, out_dir: str, on_stage: Callable[[Comparison, List[str]], None],
@@ -161,8 +172,7 @@ def compare_in_stages(plan: Plan, out_dir: str, on_stage: Callable[[Comparison, 
             a = ran
             a.environment = {**fingerprint(["torch"]), **a.environment}
             folder.save_side(a)
-    if not layers:
-        _free(pipes, "torch")
+    _free(pipes, "torch")  # MindSpore's side runs alone
     b = folder.side("mindspore")
     if b is None:
         with patched():
@@ -182,7 +192,10 @@ def compare_in_stages(plan: Plan, out_dir: str, on_stage: Callable[[Comparison, 
         c.stages = {"done": [s for s in stages if folder.done(s)], "missing": [s for s in stages if not folder.done(s)]}
         return c
 
-    on_stage(comparison_so_far(), [s for s in stages if not folder.done(s)])
+    def report() -> None:
+        on_stage(comparison_so_far(), [s for s in stages if not folder.done(s)])
+
+    report()
     if lockstep:
         import time
 
@@ -190,18 +203,24 @@ def compare_in_stages(plan: Plan, out_dir: str, on_stage: Callable[[Comparison, 
         with patched():
             local = run(loaded("mindspore"), plan, feed=recording).local_steps
         folder.save("lockstep", {"local_steps": local, "lockstep_seconds": time.perf_counter() - start})
-        on_stage(comparison_so_far(), [s for s in stages if not folder.done(s)])
-    if layers:
-        with patched():
-            report = layers_at_step(loaded("torch"), loaded("mindspore"), plan, recording, a.timesteps)
-        folder.save("layers", {"options": _layer_key(plan), "report": report.to_dict()})
-        on_stage(comparison_so_far(), [s for s in stages if not folder.done(s)])
-    recording = None
+        report()
     _free(pipes, "mindspore")
     if "floor" in todo:  # torch alone, widened to float64
         with patched():
             folder.save("floor", pipeline_floor(loaded("torch"), plan, a.images))
-        on_stage(comparison_so_far(), [])
+        report()
+    if layers:  # torch's passes (float32, float64), then torch dropped, then MindSpore's passes
+
+        def mindspore_alone() -> Loaded:
+            _free(pipes, "torch")
+            return loaded("mindspore")
+
+        with patched():
+            result = layers_at_step(loaded("torch"), mindspore_alone, plan, recording, a.timesteps)
+        folder.save("layers", {"options": _layer_key(plan), "report": result.to_dict()})
+        report()
+    recording = None
+    _free(pipes, "mindspore")
     _free(pipes, "torch")
     return comparison_so_far()
 
