@@ -137,6 +137,25 @@ def _free(pipes: Dict[str, Loaded], name: str) -> None:
                 component.to("meta")
     del loaded
     gc.collect()
+    if name == "mindspore":
+        import mindspore
+
+        # Graph mode keeps each compiled cell's graph and runtime memory (and so the cell) until
+        # told: about 10 GB for a Stable-Diffusion-1.5-sized UNet at 256x256 (benchmarks/bench_scale.py)
+        mindspore.ms_memory_recycle()
+        gc.collect()
+    _trim_heap()
+
+
+def _trim_heap() -> None:
+    """Give the C heap's free memory back to the system (glibc keeps freed blocks for reuse)."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
 
 
 def compare_in_stages(plan: Plan, out_dir: str, on_stage: Callable[[Comparison, List[str]], None],
@@ -179,6 +198,9 @@ def compare_in_stages(plan: Plan, out_dir: str, on_stage: Callable[[Comparison, 
             b = run(loaded("mindspore"), plan)
         b.environment = {**fingerprint(["mindspore"]), **b.environment}  # with the mode and cache that ran
         folder.save_side(b)
+        # lockstep compiles graphs of its own: the side's would stay beside them (4 GB more for an
+        # SD-1.5-sized UNet at 256x256), so they go, and lockstep loads the pipeline again
+        _free(pipes, "mindspore")
 
     def comparison_so_far() -> Comparison:
         c = compare_sides(a, b, plan.tolerance, folder.results.get("lockstep", {}).get("local_steps"))
