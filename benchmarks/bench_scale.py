@@ -42,7 +42,8 @@ def child(argv) -> None:
     """Runs in a fresh process: one staged compare of the folder at one size, measured."""
     import threading
 
-    model, size, every_stage, steps = argv[0], int(argv[1]), argv[2] == "all", int(argv[3])
+    model, size, stages, steps = argv[0], int(argv[1]), argv[2], int(argv[3])
+    every_stage = stages == "all"  # "default": sides and floor, as xrand compare; "sides": the sides only
     from xrand.pipelines.quiet import silenced
 
     with silenced():
@@ -116,7 +117,7 @@ def child(argv) -> None:
     settings = Settings(model=model, steps=steps, batch_size=1, prompt=PROMPT, height=size, width=size,
                         scheduler="euler-a")
     plan = make_plan(settings, lockstep=every_stage, layers=LayerOptions() if every_stage else None,
-                     noise_floor=every_stage)
+                     noise_floor=stages in ("all", "default"))
     out = tempfile.mkdtemp(prefix="xrand-bench-scale-")
     report_seconds = []
 
@@ -133,13 +134,13 @@ def child(argv) -> None:
     done.set()
     with open("/proc/self/status") as f:
         hwm = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
-    steps = {}
+    per_step = {}
     for name, times in step_times.items():
         gaps = [b - a for a, b in zip(times, times[1:])]
-        steps[name] = {"later_steps": statistics.median(gaps) if gaps else None, "steps": len(times)}
+        per_step[name] = {"later_steps": statistics.median(gaps) if gaps else None, "steps": len(times)}
     sides = {s: comparison.seconds.get(s) for s in ("torch", "mindspore")}
     print(json.dumps({"size": size, "steps_run": steps, "peaks_gb": {k: v / gb for k, v in peaks.items()}, "seconds": seconds,
-                      "steps": steps, "side_seconds": sides, "report_seconds": sum(report_seconds),
+                      "steps": per_step, "side_seconds": sides, "report_seconds": sum(report_seconds),
                       "total_seconds": total, "hwm_gb": hwm / gb, "rel_l2": comparison.final["rel_l2"],
                       "floor": (comparison.noise_floor or {}).get("rel_l2"),
                       "culprit": comparison.layers.culprit if comparison.layers else None,
