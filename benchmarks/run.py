@@ -13,6 +13,8 @@ Figures (one file each, also runnable alone):
   8 bench_sweep.py         xrand sweep cells per minute, 1 and 2 local workers, Ray's overhead
   9 bench_families.py      seconds per step of each pipeline family (SD img2img/inpaint, SDXL, SD3, Flux,
                            Flux Kontext, PixArt-Sigma, Wan, LTX), torch vs MindSpore
+ 10 bench_scale.py         an SD-1.5-sized model through xrand compare: time and peak memory per stage
+                           (only with --only 10: about 20 minutes, a 4.1 GB folder)
 
 About 5 minutes on 2 cores. Timings interleave the compared calls; each figure records how
 much CPU other processes took meanwhile, so a shared machine shows in the results. With
@@ -44,7 +46,10 @@ FIGURES = {
     7: ("bench_layers", {}),
     8: ("bench_sweep", {}),
     9: ("bench_families", {}),
+    10: ("bench_scale", {}),
 }
+#: Figures run only when --only names them (figure 10: about 20 minutes and a 4.1 GB model folder).
+ON_REQUEST = {10}
 
 
 def run_figure(number: int) -> Section:
@@ -100,10 +105,10 @@ def _still_kept(header: str, kept) -> bool:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", help="comma-separated figure numbers (default: all)")
+    parser.add_argument("--only", help="comma-separated figure numbers (default: all but figure 10)")
     parser.add_argument("--out", default=str(HERE / "RESULTS.md"))
     args = parser.parse_args()
-    numbers = sorted(int(n) for n in args.only.split(",")) if args.only else sorted(FIGURES)
+    numbers = sorted(int(n) for n in args.only.split(",")) if args.only else sorted(set(FIGURES) - ON_REQUEST)
 
     started = datetime.datetime.now(datetime.timezone.utc)
     load_before = load_average()

@@ -32,7 +32,8 @@ def test_compare_writes_report_and_pictures_quietly(tiny_model, mindone, tmp_pat
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == {"verdict": "pass", "out": str(tmp_path / "o")}
     assert out.stderr == ""  # no framework chatter, no progress bars
-    assert sorted(os.listdir(tmp_path / "o")) == ["comparison.png", "divergence.png", "report.html", "report.json"]
+    assert sorted(os.listdir(tmp_path / "o")) == ["comparison.png", "divergence.png", "mindspore.safetensors",
+                                                  "report.html", "report.json", "stages.json", "torch.safetensors"]
 
 
 def test_run_then_compare_two_files(tiny_model, mindone, tmp_path):

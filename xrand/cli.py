@@ -13,6 +13,7 @@ import time
 from typing import Dict, List, Optional
 
 from .checks import UsageError
+from .files import check_out_file, check_out_folder
 
 
 def default_model() -> str:
@@ -102,12 +103,10 @@ def _say(args, text: str) -> None:
 
 
 def cmd_compare(args) -> int:
-    from .compare import compare_frameworks, compare_sides
+    from .compare import compare_sides
     from .report.compare import write_report
 
-    out_dir = args.out or time.strftime("xrand-compare-%Y%m%d-%H%M%S")
-    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-        raise UsageError(f"--out {out_dir!r} exists and is not a folder")
+    out_dir = check_out_folder(args.out or time.strftime("xrand-compare-%Y%m%d-%H%M%S"))
     if args.files:
         if len(args.files) != 2:
             raise UsageError(f"compare takes two side files (from 'xrand run'), got {len(args.files)}")
@@ -125,10 +124,19 @@ def cmd_compare(args) -> int:
     elif (args.scheduler or "").lower() == "all":
         return _compare_matrix(args, out_dir)
     else:
+        from .compare.staged import compare_in_stages
+
         plan = _plan(args, layers=_layer_options(args))
         _say(args, f"xrand: comparing diffusers (torch) and mindone.diffusers (MindSpore) on {plan.folder.path}")
         import_frameworks(["torch", "mindspore"])
-        comparison = compare_frameworks(plan, quiet=args.quiet)
+
+        def on_stage(comparison, missing):  # each stage's report as soon as it exists
+            write_report(comparison, out_dir)
+            if missing:
+                _say(args, f"xrand: report of {', '.join(comparison.stages['done'])} in {out_dir}/; "
+                           f"next: {', '.join(missing)}")
+
+        comparison = compare_in_stages(plan, out_dir, on_stage, quiet=args.quiet, say=lambda text: _say(args, text))
     paths = write_report(comparison, out_dir)
     verdict = [comparison.verdict()] + ([] if comparison.layers is None else [comparison.layers.summary()])
     return _finish(args, comparison.passed, verdict, "report and pictures", out_dir, paths)
@@ -191,6 +199,7 @@ def cmd_run(args) -> int:
         raise UsageError(f"--backend {args.backend!r}: accepted: {', '.join(FRAMEWORKS)}")
     if (args.scheduler or "").lower() == "all":
         raise UsageError("--scheduler all needs both frameworks: use it with 'xrand compare'")
+    check_out_file(args.out)
     plan = _plan(args, frameworks=(args.backend,))
     import_frameworks([args.backend])
     side = run_side(plan, args.backend, quiet=args.quiet)
@@ -208,6 +217,7 @@ def cmd_sweep(args) -> int:
     seeds = parse_seeds(args.seeds)
     check_workers(args.workers)
     check_engine(args.engine)
+    check_out_folder(args.out)
     if args.ray_address and args.engine != "ray":
         raise UsageError(f"--ray-address {args.ray_address!r} needs --engine ray")
     # every compare setting, planned as compare plans it, with the first seed and the folder's
@@ -452,6 +462,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         parser.print_help()
         return 2
     try:
+        from .registry import check_backend_variable
+
+        check_backend_variable()  # every command reads it the same way, before any work
         return args.func(args)
     except UsageError as exc:
         print(f"xrand {args.command}: error: {exc}", file=sys.stderr)

@@ -11,6 +11,8 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from .checks import UsageError
+
 
 def umask() -> int:
     """The process's file-creation mask (read without changing it where Linux says it)."""
@@ -43,6 +45,43 @@ def atomic_path(path: str) -> Iterator[str]:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def check_out_folder(path: str, flag: str = "--out") -> str:
+    """Refuse, before any work, an output folder that cannot be written: a file in its place, a
+    parent that cannot be created, no permission. Leaves nothing behind (the folders it makes to
+    try are removed)."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UsageError(f"{flag} {path!r} exists and is not a folder; give a folder (it is created if missing)")
+    made = []
+    folder = os.path.abspath(path)
+    while not os.path.exists(folder):
+        made.append(folder)
+        folder = os.path.dirname(folder)
+    try:
+        for name in reversed(made):
+            os.mkdir(name)
+        with tempfile.TemporaryFile(prefix=".xrand-probe.", dir=path):
+            pass
+    except OSError as exc:
+        raise UsageError(f"{flag} {path!r} cannot be written ({exc.strerror or exc}); "
+                         "give a folder you can write to") from None
+    finally:
+        for name in made:
+            try:
+                os.rmdir(name)
+            except OSError:
+                pass
+    return path
+
+
+def check_out_file(path: str, flag: str = "--out") -> str:
+    """Refuse, before any work, an output file that cannot be written: a folder in its place, or a
+    folder to put it in that cannot be made or written."""
+    if os.path.isdir(path):
+        raise UsageError(f"{flag} {path!r} is a folder; give a file name, e.g. {os.path.join(path, 'side.safetensors')!r}")
+    check_out_folder(os.path.dirname(os.path.abspath(path)), flag)
+    return path
 
 
 def json_safe(value: Any) -> Any:

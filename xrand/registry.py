@@ -187,6 +187,12 @@ def _default_name() -> str:
     return name
 
 
+def check_backend_variable() -> None:
+    """``UsageError`` (one line) when ``XRAND_BACKEND`` names no backend; the command line checks it
+    first for every command, as the first draw would."""
+    _default_name()
+
+
 def get_backend() -> str:
     """The name of the active backend."""
     return _context_choice.get() or _process_default or _default_name()

@@ -111,6 +111,24 @@ class LayerReport:
                 "rule": self.rule, "use_floors": self.use_floors, "floor": self.floor, "unmatched": self.unmatched,
                 "seconds": self.seconds, "modules": [m.to_dict() for m in self.modules]}
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "LayerReport":
+        """The report :meth:`to_dict` wrote (``report.json``'s, ``stages.json``'s), read back."""
+        known = {"name", "type", "rel_l2", "local_rel_l2", "max_abs", "limit", "over", "floor_rel_l2", "call"}
+
+        def number(value: Any) -> Optional[float]:
+            return None if value is None else float(value)  # json_safe wrote "inf" and "nan" as text
+
+        modules = [ModuleDiff(m["name"], m["type"], m.get("call", 0), number(m["rel_l2"]), number(m["local_rel_l2"]),
+                              number(m["max_abs"]), floor_rel_l2=number(m.get("floor_rel_l2")),
+                              limit=number(m["limit"]),
+                              msprobe={k: number(v) for k, v in m.items() if k not in known})
+                   for m in data["modules"]]
+        return cls(threshold=float(data["threshold"]), modules=modules, culprit=data["culprit"],
+                   unmatched=dict(data["unmatched"]), floor=data["floor"], step=data["step"],
+                   timestep=number(data["timestep"]), seconds=float(data["seconds"]), rule=data["rule"],
+                   use_floors=bool(data["use_floors"]))
+
     def summary(self) -> str:
         """The console's lines: the culprit (the first call over its limit whose submodules stay
         within), how many calls are over, and the worst of them."""
@@ -253,6 +271,8 @@ def layer_diff(torch_module: Any, ms_cell: Any, args: Sequence[Any], kwargs: Opt
     denoiser's floor and its own (:func:`find_culprit`). ``dump``: module names whose input and
     output tensors go to ``dump_dir`` as safetensors (both sides; MindSpore's ``local_output``
     too). ``step``/``timestep`` are only recorded. MindSpore runs in PyNative mode here (Cell hooks).
+    ``ms_cell`` may be a function returning the cell, called once torch's passes are done (a
+    caller can then drop torch's weights first: only the captured values are needed after them).
     """
     if threshold is not None:
         threshold = check_threshold(threshold)
@@ -270,6 +290,11 @@ def layer_diff(torch_module: Any, ms_cell: Any, args: Sequence[Any], kwargs: Opt
     # Torch's float64 pass (the floor) right after its float32 one, before MindSpore runs, so
     # that torch's thread pool does not start while MindSpore's may still hold the cores.
     floors = _torch_floors(torch_module, args, kwargs, index, errors) if use_floors else {}
+    param = next(torch_module.parameters())
+    floor_how = f"torch {_dtype_name(param.dtype)} vs torch float64 on one {type(torch_module).__name__} call, same inputs"
+    del param
+    if not hasattr(ms_cell, "cells_and_names"):  # a function making it, now that torch's passes are done
+        ms_cell = ms_cell()
     cells = dict(ms_cell.cells_and_names())
     dumps: Dict[str, List[Tuple[str, np.ndarray]]] = {}
     ms_called = _ms_as_run(ms_cell, cells, index, errors, args, kwargs, set(dump), dumps)
@@ -285,10 +310,7 @@ def layer_diff(torch_module: Any, ms_cell: Any, args: Sequence[Any], kwargs: Opt
     floor_info = None
     if use_floors:
         root = rows[0]
-        param = next(torch_module.parameters())
-        floor_info = {"rel_l2": root.floor_rel_l2,
-                      "how": f"torch {_dtype_name(param.dtype)} vs torch float64 on one "
-                             f"{type(torch_module).__name__} call, same inputs"}
+        floor_info = {"rel_l2": root.floor_rel_l2, "how": floor_how}
         threshold = LAYER_FLOOR_MULTIPLE * (root.floor_rel_l2 or 0.0)
         if threshold == 0:  # torch came out exact: any difference is over it
             threshold = float(np.finfo(np.float32).tiny)
@@ -542,7 +564,12 @@ def layers_at_step(torch_side: Any, ms_side: Any, plan: Any, recording: Any, tim
         raise RuntimeError(f"the torch side made no denoiser call {k}")
     torch_denoiser = plan.recipe.denoiser_of(torch_side.pipe)
     args, kwargs = as_call(call_signature(torch_side.fw, torch_denoiser), call.inputs)
-    with torch_side.fw.running(torch_side.device, "pynative"), ms_side.fw.running(ms_side.device, "pynative"):
-        return layer_diff(torch_denoiser, plan.recipe.denoiser_of(ms_side.pipe), args, kwargs,
+    ms = framework("mindspore")
+
+    def ms_denoiser() -> Any:  # loaded (ms_side a function) only once torch's passes are done
+        return plan.recipe.denoiser_of((ms_side() if callable(ms_side) else ms_side).pipe)
+
+    with torch_side.fw.running(torch_side.device, "pynative"), ms.running(plan.devices.get("mindspore"), "pynative"):
+        return layer_diff(torch_denoiser, ms_denoiser if callable(ms_side) else ms_denoiser(), args, kwargs,
                           threshold=options.threshold, dump=options.dump, dump_dir=options.dump_dir,
                           step=k, timestep=timesteps[k] if k < len(timesteps) else None)

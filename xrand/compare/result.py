@@ -33,6 +33,7 @@ class Comparison:
     layers: Optional[Any] = None  # a layers.LayerReport
     # the second side's timesteps where the two libraries' schedulers gave other ones for the same config
     timesteps_b: Optional[List[float]] = None
+    stages: Optional[Dict[str, List[str]]] = None  # {"done": [...], "missing": [...]} of a staged run (.staged)
 
     @property
     def passed(self) -> bool:
@@ -51,6 +52,8 @@ class Comparison:
         if self.timesteps_b is not None:
             line += (f"; the schedulers' timesteps differ ({a} {_short(self.timesteps)} vs {b} "
                      f"{_short(self.timesteps_b)}): the two libraries schedule this config differently")
+        if self.stages and self.stages["missing"]:
+            line += f" (still missing: {', '.join(self.stages['missing'])})"
         return line
 
 

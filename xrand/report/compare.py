@@ -20,6 +20,8 @@ def report_dict(c: Comparison) -> Dict[str, Any]:
         extra["noise_floor"] = c.noise_floor
     if c.layers is not None:
         extra["layers"] = c.layers.to_dict()
+    if c.stages is not None:  # a staged run: what is in this report and what is still to come
+        extra["stages"] = c.stages
     return json_safe({
         "xrand_report": REPORT_VERSION,
         "verdict": "pass" if c.passed else "fail",

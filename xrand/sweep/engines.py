@@ -5,6 +5,7 @@ import contextlib
 import os
 import signal
 import socket
+import threading
 import time
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
@@ -31,7 +32,8 @@ class LocalEngine:
 
     def add_worker(self) -> int:
         parent, child = self._ctx.Pipe()
-        process = self._ctx.Process(target=_local_worker, args=(child, self._config, self._log), daemon=True)
+        process = self._ctx.Process(target=_local_worker, args=(child, self._config, self._log, os.getpid()),
+                                    daemon=True)
         with _thread_env(self._config.threads_per_worker):
             process.start()
         child.close()
@@ -116,8 +118,29 @@ def _exit_reason(code: Optional[int]) -> str:
     return f"exit code {code}"
 
 
-def _local_worker(conn, config: SweepConfig, log_path: str) -> None:
-    """A local worker process: load once, then answer cells until the pipe closes."""
+#: Seconds between a worker's looks at whether its sweep process is still there.
+PARENT_POLL_SECONDS = 0.5
+
+
+def die_with_parent(parent: int, interval: float = PARENT_POLL_SECONDS) -> threading.Thread:
+    """A daemon thread that ends this process as soon as its parent ``parent`` is gone (a sweep
+    killed by SIGKILL or the out-of-memory killer cannot close its workers; a worker busy in a cell
+    would not see its pipe close until the cell ends, and a worker loading never)."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(interval)
+        os._exit(1)
+
+    thread = threading.Thread(target=watch, name="xrand-die-with-parent", daemon=True)
+    thread.start()
+    return thread
+
+
+def _local_worker(conn, config: SweepConfig, log_path: str, parent: int) -> None:
+    """A local worker process: load once, then answer cells until the pipe closes or the sweep
+    process ``parent`` is gone."""
+    die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(log, 1)
