@@ -43,7 +43,6 @@ def one_line_error(out, message):
     (["run", "--backend", "torch", "--out", "."], "--out '.' is a folder; give a file name"),
 ])
 def test_an_unwritable_or_wrong_out_is_refused_before_any_model_loads(args, message, tmp_path):
-    start = time.monotonic()
     out = xrand_cli(*args, "--model", "/no/such/model/either", cwd=str(tmp_path))
     one_line_error(out, message)  # the --out error, not the model's: found first
     assert os.listdir(tmp_path) == []

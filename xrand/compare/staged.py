@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import gc
 import os
-from dataclasses import asdict
 from typing import Any, Callable, Dict, List, Optional
 
 from ..checks import UsageError
@@ -45,7 +44,8 @@ def wanted(plan: Plan) -> List[str]:
 
 def identity(plan: Plan) -> Dict[str, Any]:
     """What the stages' results depend on: a folder that holds another identity is another comparison."""
-    return json_safe({**plan.graph_identity(), "seed": plan.settings.seed, "weights": plan.folder.fingerprint(),
+    return json_safe({**plan.graph_identity(), "seed": plan.settings.seed, "noise": plan.settings.noise,
+                      "weights": plan.folder.fingerprint(),
                       "mindspore_mode": plan.mindspore_mode, "devices": dict(plan.devices)})
 
 
