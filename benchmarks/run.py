@@ -15,6 +15,7 @@ Figures (one file each, also runnable alone):
                            Flux Kontext, PixArt-Sigma, Wan, LTX), torch vs MindSpore
  10 bench_scale.py         an SD-1.5-sized model through xrand compare: time and peak memory per stage
                            (only with --only 10: about 20 minutes, a 4.1 GB folder)
+ 11 bench_precision.py     seconds per step in float32, float16 and bfloat16 (digits, tiny SD), torch vs MindSpore
 
 About 5 minutes on 2 cores. Timings interleave the compared calls; each figure records how
 much CPU other processes took meanwhile, so a shared machine shows in the results. With
@@ -47,6 +48,7 @@ FIGURES = {
     8: ("bench_sweep", {}),
     9: ("bench_families", {}),
     10: ("bench_scale", {}),
+    11: ("bench_precision", {}),
 }
 #: Figures run only when --only names them (figure 10: about 20 minutes and a 4.1 GB model folder).
 ON_REQUEST = {10}
