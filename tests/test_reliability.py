@@ -257,6 +257,39 @@ def test_a_compare_killed_during_the_floor_keeps_both_sides_and_the_rerun_runs_o
     assert report["final"] == first_final and report["noise_floor"]["rel_l2"] > 0
 
 
+def test_a_large_models_mindspore_side_runs_in_a_process_of_its_own_with_the_same_result(
+        tiny_model, mindone, tmp_path, monkeypatch):
+    """Above OWN_PROCESS_BYTES of weights (here: any) MindSpore's side runs in a new process, which
+    gives its memory back when it ends; its side file and the report are what an in-process run
+    gives, and an error there comes back as the same one-line usage error."""
+    import xrand.compare.staged as staged
+    from xrand import UsageError
+    from xrand.cli import main
+
+    command = ["compare", "--model", tiny_model, "--steps", "2", "--batch-size", "1", "--quiet", "--lockstep"]
+    assert main([*command, "--out", str(tmp_path / "here")]) == 0
+    monkeypatch.setattr(staged, "OWN_PROCESS_BYTES", 0)
+    children = []
+    real = staged.side_in_own_process
+    monkeypatch.setattr(staged, "side_in_own_process", lambda *a, **k: children.append(a[1]) or real(*a, **k))
+    assert main([*command, "--out", str(tmp_path / "child")]) == 0
+    assert children == ["mindspore"]
+    here, child = (json.load(open(tmp_path / name / "report.json")) for name in ("here", "child"))
+    assert child["final"] == here["final"] and child["noise_floor"] == here["noise_floor"]
+    assert child["stages"] == {"done": ["sides", "floor", "lockstep"], "missing": []}
+    assert [s["local"] for s in child["steps"]] == [s["local"] for s in here["steps"]]
+
+    # the weights gone after planning: the load fails in the child, and its usage error comes back
+    from xrand.compare import make_plan
+    from xrand.pipelines.settings import Settings
+
+    model = shutil.copytree(tiny_model, tmp_path / "gone")
+    plan = make_plan(Settings(model=str(model), steps=1, batch_size=1))
+    shutil.rmtree(model / "unet")
+    with pytest.raises(UsageError, match="mindone.diffusers could not load the model .*gone"):
+        staged.side_in_own_process(plan, "mindspore", str(tmp_path / "x.safetensors"))
+
+
 def test_a_folder_of_another_comparison_is_refused_before_any_model_loads(tiny_model, mindone, tmp_path):
     out = str(tmp_path / "o")
     first = xrand_cli("compare", "--model", tiny_model, "--steps", "1", "--batch-size", "1", "--no-noise-floor",

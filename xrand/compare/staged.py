@@ -2,14 +2,16 @@
 what the stage needs.
 
 Stages: ``sides`` (torch, then MindSpore; each side file written as it finishes), then what the
-plan asks for: ``lockstep``, ``layers``, ``floor``. After each stage the caller's ``on_stage``
+plan asks for: ``floor``, ``lockstep``, ``layers``. After each stage the caller's ``on_stage``
 gets the comparison so far and the stages still missing (the command line writes report.json and
 the pictures there). ``stages.json`` ties the folder to the plan: the same plan on the same folder
 runs only the missing stages; another plan is refused.
 
-Memory (what a real-sized model needs): the torch pipeline is dropped before MindSpore loads
-unless ``layers`` needs both; MindSpore's is dropped before the float64 floor, which runs on the
-torch pipeline alone (loaded again if it was dropped).
+Memory (what a real-sized model needs): the torch pipeline is dropped before MindSpore loads;
+MindSpore's side runs in a process of its own for a folder of more than :data:`OWN_PROCESS_BYTES`
+of weights (else it is dropped after its side), so the float64 floor runs on the torch pipeline
+alone (loaded again); lockstep then loads MindSpore again, and ``--layers`` runs torch's passes,
+drops torch, then MindSpore's.
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from .result import Comparison, compare_sides
 from .sidefile import load_side, save_side
 from .sides import Everything, Loaded, Side, load, run
 
-STAGES = ("sides", "lockstep", "floor", "layers")
+STAGES = ("sides", "floor", "lockstep", "layers")
 STAGE_FILE = "stages.json"
 STAGES_VERSION = 1
 
@@ -38,7 +40,7 @@ def side_file(out_dir: str, framework: str) -> str:
 
 def wanted(plan: Plan) -> List[str]:
     """The stages this plan asks for, in the order they run."""
-    return ["sides"] + [name for name, asked in (("lockstep", plan.lockstep), ("floor", plan.noise_floor),
+    return ["sides"] + [name for name, asked in (("floor", plan.noise_floor), ("lockstep", plan.lockstep),
                                                  ("layers", plan.layers is not None)) if asked]
 
 
@@ -94,6 +96,10 @@ class StageFolder:
 
     def save_side(self, side: Side) -> None:
         save_side(side, side_file(self.out_dir, side.framework))
+        self.mark_side(side)
+
+    def mark_side(self, side: Side) -> None:
+        """The side's file is written: the side is done."""
         self.results[side.framework] = True
         self._write()
 
@@ -120,6 +126,61 @@ def _differences(a: Dict[str, Any], b: Dict[str, Any], prefix: str = "") -> List
         elif x != y:
             out.append(f"{prefix}{key} {x!r} vs {y!r}" if not isinstance(x, (dict, list)) else prefix + key)
     return out
+
+
+#: A model folder with more weights than this runs MindSpore's side in a process of its own. In
+#: graph mode MindSpore keeps memory after its pipeline is dropped (6.2 GB of an SD-1.5-sized
+#: side's 12.3 GB, benchmarks/RESULTS.md figure 10), on which the stages after it would stand;
+#: a process that ends gives all of it back. Smaller folders run it here (a new process costs
+#: seconds: importing MindSpore and mindone).
+OWN_PROCESS_BYTES = 1 << 30
+
+
+def weights_bytes(path: str) -> int:
+    """The size of the weight files in a model folder."""
+    return sum(os.path.getsize(os.path.join(root, name)) for root, _, names in os.walk(path)
+               for name in names if name.endswith((".safetensors", ".bin", ".ckpt", ".pt")))
+
+
+def side_in_own_process(plan: Plan, framework: str, path: str, quiet: bool = True) -> Side:
+    """Run one side in a new process that writes its side file to ``path`` and ends; return the
+    side read back. Its errors come back as they were raised (a ``UsageError`` stays one)."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    receive, send = context.Pipe(duplex=False)
+    process = context.Process(target=_side_process, args=(plan, framework, path, quiet, send))
+    process.start()
+    send.close()
+    try:
+        outcome = receive.recv()
+    except EOFError:  # it ended without a word: killed
+        outcome = None
+    process.join()
+    if outcome == "done" and process.exitcode == 0:
+        return load_side(path)
+    if isinstance(outcome, tuple) and outcome[0] == "UsageError":
+        raise UsageError(outcome[1])
+    if isinstance(outcome, tuple):
+        raise RuntimeError(f"the {framework} side failed in its process: {outcome[0]}: {outcome[1]}")
+    code = process.exitcode
+    how = f"was killed by signal {-code}" if code is not None and code < 0 else f"ended with exit code {code}"
+    raise RuntimeError(f"the {framework} side's process {how}" + (" (the out-of-memory killer sends signal 9)"
+                                                                 if code == -9 else ""))
+
+
+def _side_process(plan: Plan, framework: str, path: str, quiet: bool, send: Any) -> None:
+    from ..pipelines.environment import fingerprint
+
+    try:
+        with patched():
+            side = run(load(plan, framework, quiet), plan)
+        side.environment = {**fingerprint([framework]), **side.environment}
+        save_side(side, path)
+    except Exception as exc:
+        send.send((type(exc).__name__, str(exc)))
+        return
+    send.send("done")
 
 
 def _free(pipes: Dict[str, Loaded], name: str) -> None:
@@ -193,7 +254,10 @@ def compare_in_stages(plan: Plan, out_dir: str, on_stage: Callable[[Comparison, 
             folder.save_side(a)
     _free(pipes, "torch")  # MindSpore's side runs alone
     b = folder.side("mindspore")
-    if b is None:
+    if b is None and weights_bytes(plan.folder.path) > OWN_PROCESS_BYTES:
+        b = side_in_own_process(plan, "mindspore", side_file(out_dir, "mindspore"), quiet)
+        folder.mark_side(b)
+    elif b is None:
         with patched():
             b = run(loaded("mindspore"), plan)
         b.environment = {**fingerprint(["mindspore"]), **b.environment}  # with the mode and cache that ran
@@ -218,6 +282,12 @@ def compare_in_stages(plan: Plan, out_dir: str, on_stage: Callable[[Comparison, 
         on_stage(comparison_so_far(), [s for s in stages if not folder.done(s)])
 
     report()
+    _free(pipes, "mindspore")
+    if "floor" in todo:  # torch alone, widened to float64
+        with patched():
+            folder.save("floor", pipeline_floor(loaded("torch"), plan, a.images))
+        report()
+        _free(pipes, "torch")
     if lockstep:
         import time
 
@@ -225,11 +295,6 @@ def compare_in_stages(plan: Plan, out_dir: str, on_stage: Callable[[Comparison, 
         with patched():
             local = run(loaded("mindspore"), plan, feed=recording).local_steps
         folder.save("lockstep", {"local_steps": local, "lockstep_seconds": time.perf_counter() - start})
-        report()
-    _free(pipes, "mindspore")
-    if "floor" in todo:  # torch alone, widened to float64
-        with patched():
-            folder.save("floor", pipeline_floor(loaded("torch"), plan, a.images))
         report()
     if layers:  # torch's passes (float32, float64), then torch dropped, then MindSpore's passes
 
