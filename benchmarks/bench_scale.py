@@ -12,11 +12,12 @@ For each image size a fresh process runs ``xrand.compare.staged.compare_in_stage
 ``xrand compare`` does (report.json and pictures written after each stage), the first size with
 every stage (``--lockstep --layers``, noise floor on), larger sizes the sides only, 2 steps (so
 that the whole figure stays near 20 minutes on 2 cores). A thread
-samples the process's resident memory (VmRSS, /proc/self/status) every 50 ms and keeps the
+samples the resident memory of the process and its children (VmRSS) every 50 ms and keeps the
 peak per stage; the stage is set by wrapping the functions the staged compare calls (load,
 run, pipeline_floor, layers_at_step). Seconds per step: the time between two scheduler steps of
 a side (the first step, which includes the prompt's encoding and, on MindSpore in graph mode,
-compiling the UNet, is reported apart). Target: every stage within 12 GB (half this machine's
+compiling the UNet, is reported apart; a side run in a process of its own, as MindSpore's is for a
+folder this size, gives its whole time only). Memory counts the process and its children. Target: every stage within 12 GB (half this machine's
 24 GB).
 """
 from __future__ import annotations
@@ -59,12 +60,18 @@ def child(argv) -> None:
     gb = 1024 ** 3
     peaks, seconds, label = {}, {}, ["between stages"]
 
-    def rss() -> int:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-        return 0
+    def rss(pid: int = os.getpid()) -> int:
+        """Resident memory of ``pid`` and its child processes (a side run in a process of its own)."""
+        total = 0
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                total = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
+            for task in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{task}/children") as f:
+                    total += sum(rss(int(child)) for child in f.read().split())
+        except (OSError, StopIteration):  # a process that ended meanwhile
+            pass
+        return total
 
     done = threading.Event()
 
@@ -94,6 +101,7 @@ def child(argv) -> None:
     staged.load = stage(lambda args: f"load {args[1]}", staged.load)
     staged.pipeline_floor = stage("floor (torch float64)", staged.pipeline_floor)
     staged.layers_at_step = stage("layers", staged.layers_at_step)
+    staged.side_in_own_process = stage(lambda args: f"{args[1]} side", staged.side_in_own_process)
     real_run = staged.run
 
     def run(loaded, plan, **kwargs):
