@@ -33,14 +33,15 @@ def atomic_path(path: str) -> Iterator[str]:
     """Yield a temporary name beside ``path``; rename it into place only if the block succeeds.
 
     The file gets the mode ``open`` would give it (0666 less the umask): mkstemp's is 0600,
-    which a colleague or a CI artifact upload could not read.
+    which a colleague or a CI artifact upload could not read. It is set when the block is done,
+    since a writer may replace the file it was given (safetensors 0.8 writes a new one).
     """
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", dir=folder)
-    os.fchmod(fd, 0o666 & ~umask())
     os.close(fd)
     try:
         yield tmp
+        os.chmod(tmp, 0o666 & ~umask())
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
