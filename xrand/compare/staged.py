@@ -282,7 +282,6 @@ def compare_in_stages(plan: Plan, out_dir: str, on_stage: Callable[[Comparison, 
         on_stage(comparison_so_far(), [s for s in stages if not folder.done(s)])
 
     report()
-    _free(pipes, "mindspore")
     if "floor" in todo:  # torch alone, widened to float64
         with patched():
             folder.save("floor", pipeline_floor(loaded("torch"), plan, a.images))
@@ -306,7 +305,6 @@ def compare_in_stages(plan: Plan, out_dir: str, on_stage: Callable[[Comparison, 
             result = layers_at_step(loaded("torch"), mindspore_alone, plan, recording, a.timesteps)
         folder.save("layers", {"options": _layer_key(plan), "report": result.to_dict()})
         report()
-    recording = None
     _free(pipes, "mindspore")
     _free(pipes, "torch")
     return comparison_so_far()
