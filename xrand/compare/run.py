@@ -17,7 +17,7 @@ from .floor import pipeline_floor
 from .layers import check_module_names, layers_at_step
 from .plan import Plan, make_plan
 from .result import Comparison, compare_sides
-from .sides import Everything, Loaded, load, run
+from .sides import Everything, Loaded, fingerprinted, load, run
 
 
 @dataclass
@@ -49,17 +49,13 @@ def load_pair(plan: Union[Plan, Settings], quiet: bool = True, **options: Any) -
 def compare_loaded(pair: Pair, plan: Union[Plan, Settings], **options: Any) -> Comparison:
     """One comparison (a matrix row, a sweep cell) on pipelines already loaded by :func:`load_pair`:
     free running, then what the plan asks for: lockstep, layers, the noise floor."""
-    from ..pipelines.environment import fingerprint
-
     plan = _planned(plan, options)
     if plan.layers is not None and plan.layers.dump:  # before any run
         check_module_names(plan.recipe.denoiser_of(pair.torch.pipe), plan.layers.dump)
     record_calls = Everything() if plan.lockstep else {plan.layers.step} if plan.layers is not None else None
     with patched():  # once for every run: (un)patching scans every loaded module
-        a = run(pair.torch, plan, record_calls=record_calls, record_steps=plan.lockstep)
-        b = run(pair.mindspore, plan)
-        a.environment = {**fingerprint(["torch"]), **a.environment}
-        b.environment = {**fingerprint(["mindspore"]), **b.environment}  # with the mode and cache that ran
+        a = fingerprinted(run(pair.torch, plan, record_calls=record_calls, record_steps=plan.lockstep))
+        b = fingerprinted(run(pair.mindspore, plan))
         local = None
         if plan.lockstep:
             start = time.perf_counter()

@@ -181,13 +181,18 @@ def run(loaded: Loaded, plan: Plan, *, generator: Optional[CountingGenerator] = 
     )
 
 
-def run_side(plan: Plan, framework_name: str, quiet: bool = False) -> Side:
-    """Load the model on one framework and run it (the whole of ``xrand run``)."""
+def fingerprinted(side: Side) -> Side:
+    """``side`` with its framework's versions, machine and determinism flags in its environment
+    (beside the mode and compile cache that ran, which :func:`run` records)."""
     from ..pipelines.environment import fingerprint
 
-    side = run(load(plan, framework_name, quiet), plan)
-    side.environment = {**fingerprint([framework_name]), **side.environment}
+    side.environment = {**fingerprint([side.framework]), **side.environment}
     return side
 
 
-__all__ = ["CountingGenerator", "Everything", "Loaded", "Side", "load", "run", "run_side"]
+def run_side(plan: Plan, framework_name: str, quiet: bool = False) -> Side:
+    """Load the model on one framework and run it (the whole of ``xrand run``)."""
+    return fingerprinted(run(load(plan, framework_name, quiet), plan))
+
+
+__all__ = ["CountingGenerator", "Everything", "Loaded", "Side", "fingerprinted", "load", "run", "run_side"]

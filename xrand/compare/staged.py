@@ -27,7 +27,7 @@ from .layers import LayerReport, check_module_names, layers_at_step
 from .plan import Plan
 from .result import Comparison, compare_sides
 from .sidefile import load_side, save_side
-from .sides import Everything, Loaded, Side, load, run
+from .sides import Everything, Loaded, Side, fingerprinted, load, run
 
 STAGES = ("sides", "floor", "lockstep", "layers")
 STAGE_FILE = "stages.json"
@@ -170,12 +170,9 @@ def side_in_own_process(plan: Plan, framework: str, path: str, quiet: bool = Tru
 
 
 def _side_process(plan: Plan, framework: str, path: str, quiet: bool, send: Any) -> None:
-    from ..pipelines.environment import fingerprint
-
     try:
         with patched():
-            side = run(load(plan, framework, quiet), plan)
-        side.environment = {**fingerprint([framework]), **side.environment}
+            side = fingerprinted(run(load(plan, framework, quiet), plan))
         save_side(side, path)
     except Exception as exc:
         send.send((type(exc).__name__, str(exc)))
@@ -223,8 +220,6 @@ def compare_in_stages(plan: Plan, out_dir: str, on_stage: Callable[[Comparison, 
                       quiet: bool = True, say: Callable[[str], None] = lambda text: None) -> Comparison:
     """Run the plan's missing stages into ``out_dir``, calling ``on_stage(comparison, missing)``
     after each; return the whole comparison."""
-    from ..pipelines.environment import fingerprint
-
     folder = StageFolder(out_dir, plan)
     stages = wanted(plan)
     todo = [s for s in stages if not folder.done(s)]
@@ -249,8 +244,7 @@ def compare_in_stages(plan: Plan, out_dir: str, on_stage: Callable[[Comparison, 
             ran = run(loaded("torch"), plan, record_calls=record_calls, record_steps=lockstep)
         recording = ran.recording
         if a is None:
-            a = ran
-            a.environment = {**fingerprint(["torch"]), **a.environment}
+            a = fingerprinted(ran)
             folder.save_side(a)
     _free(pipes, "torch")  # MindSpore's side runs alone
     b = folder.side("mindspore")
@@ -259,8 +253,7 @@ def compare_in_stages(plan: Plan, out_dir: str, on_stage: Callable[[Comparison, 
         folder.mark_side(b)
     elif b is None:
         with patched():
-            b = run(loaded("mindspore"), plan)
-        b.environment = {**fingerprint(["mindspore"]), **b.environment}  # with the mode and cache that ran
+            b = fingerprinted(run(loaded("mindspore"), plan))
         folder.save_side(b)
         # lockstep compiles graphs of its own: the side's would stay beside them (4 GB more for an
         # SD-1.5-sized UNet at 256x256), so they go, and lockstep loads the pipeline again
