@@ -146,6 +146,13 @@ STAND_INS = {
     "stack": (lambda ms, mint, cells, x, y: mint.stack([x, y]), lambda tnn, cells, x, y: __import__("torch").stack([x, y]),
               "Stack"),
     "tile": (lambda ms, mint, cells, x, y: x.tile((2, 1)), lambda tnn, cells, x, y: x.tile((2, 1)), "Tile"),
+    # SD3's T5 (gated-gelu) and prompt embeddings
+    "mint.pow": (lambda ms, mint, cells, x, y: mint.pow(x, 3.0), lambda tnn, cells, x, y: x.pow(3.0),
+                 "Pow (mint.pow)"),
+    "pow -2": (lambda ms, mint, cells, x, y: y ** -2, lambda tnn, cells, x, y: y ** -2, "Pow"),
+    "tanh": (lambda ms, mint, cells, x, y: mint.tanh(x), lambda tnn, cells, x, y: x.tanh(), "Tanh"),
+    "pad": (lambda ms, mint, cells, x, y: mint.nn.functional.pad(x, (0, 3)),
+            lambda tnn, cells, x, y: tnn.functional.pad(x, (0, 3)), "PadV3 (pad)"),
 }
 
 
