@@ -99,6 +99,39 @@ def test_layers_at_half_precision_judge_each_module_by_torchs_floor_at_that_dtyp
     assert LayerReport.from_dict(layers.to_dict()).dtype == dtype
 
 
+@pytest.fixture(scope="module")
+def tiny_flow(tmp_path_factory):
+    """The tiny SD3 and Flux folders, each built once."""
+    from xrand.models import build_tiny
+
+    built = {}
+
+    def folder(name):
+        if name not in built:
+            built[name] = str(build_tiny(name, tmp_path_factory.mktemp(name) / "model", seed=0))
+        return built[name]
+
+    return folder
+
+
+@pytest.mark.parametrize("family, dtype", [("sd3", "bfloat16"), ("sd3", "float16"), ("flux", "bfloat16")])
+def test_half_precision_compare_on_tiny_flow_matching_models_with_their_floor(mindone, tiny_flow, family, dtype):
+    """Flow-matching families (an MMDiT transformer, CLIP and T5 text encoders) at half precision."""
+    from xrand.compare import compare_frameworks
+
+    c = compare_frameworks(Settings(model=tiny_flow(family), prompt="a red circle", steps=2, batch_size=1, dtype=dtype,
+                                    height=32, width=32, call_options={"max_sequence_length": 32}), noise_floor=True)
+    floor = c.noise_floor["rel_l2"]
+    assert c.passed and 1e-4 < floor < 5e-2 and c.final["rel_l2"] < 5 * floor, c.verdict()
+    assert f"torch's own {dtype} floor" in c.verdict()
+    stand_ins = c.ran["b"]["half_precision_stand_ins"]
+    if dtype == "bfloat16":  # T5's gated-gelu, the transformer's; SD3 pads the CLIP embeddings to T5's width
+        expected = {"Pow (mint.pow)", "Tanh", "Dense (mint.nn.Linear)", "Split (chunk)"}
+        assert expected | ({"PadV3 (pad)"} if family == "sd3" else set()) <= set(stand_ins)
+    else:
+        assert stand_ins == {}
+
+
 def _bf16(ms, torch, array):
     """The same bfloat16 values on both frameworks."""
     t = torch.from_numpy(array).to(torch.bfloat16)
