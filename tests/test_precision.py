@@ -57,6 +57,81 @@ def test_half_precision_compare_on_tiny_stable_diffusion_with_its_floor(mindone,
         assert stand_ins == {}
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_layers_at_half_precision_judge_each_module_by_torchs_floor_at_that_dtype(mindone, dtype):
+    import copy
+
+    import torch
+
+    from xrand.compare import LayerOptions, compare_loaded, load_pair
+    from xrand.compare.layers import LAYER_FLOOR_MULTIPLE, LayerReport
+    from xrand.compare.metrics import rel_l2
+
+    plan = make_plan(Settings(model=default_model(), steps=2, batch_size=1, dtype=dtype), layers=LayerOptions(step=0))
+    pair = load_pair(plan)
+    conv, inputs = pair.torch.pipe.unet.conv_in, []
+    hook = conv.register_forward_pre_hook(lambda module, args: inputs.append(args[0]))
+    try:
+        c = compare_loaded(pair, plan)
+    finally:
+        hook.remove()
+    layers = c.layers
+    assert c.passed and layers.dtype == dtype, c.verdict()
+    root, eps = layers.modules[0], torch.finfo(getattr(torch, dtype)).eps
+    assert root.name == "" and layers.floor["how"].startswith(f"torch {dtype} vs torch float64")
+    # the denoiser's floor is of the dtype's size (float32's is about 1e-7) and sets the threshold
+    assert 0.1 * eps < root.floor_rel_l2 < eps and layers.threshold == LAYER_FLOOR_MULTIPLE * root.floor_rel_l2
+    # every module's too, but for the sinusoids diffusers computes in float32 whatever the weights
+    # (embeddings.py, get_timestep_embedding)
+    assert [m.label for m in layers.modules if m.floor_rel_l2 < 0.1 * eps] == ["time_proj"]
+    # conv_in's floor is torch's conv at the dtype against float64 on the same input (the float64
+    # pass's, widened from the dtype: exact)
+    sample = next(x for x in inputs if x.dtype == torch.float64)
+    with torch.no_grad():
+        narrow = conv(sample.to(conv.weight.dtype)).float().numpy()
+        wide = copy.deepcopy(conv).double()(sample).numpy()
+    conv_in = next(m for m in layers.modules if m.name == "conv_in")
+    assert conv_in.floor_rel_l2 == pytest.approx(rel_l2(wide, narrow), rel=1e-3)
+    # MindSpore within every limit: no culprit, nothing over
+    assert all(m.limit == max(layers.threshold, LAYER_FLOOR_MULTIPLE * m.floor_rel_l2) for m in layers.modules)
+    assert layers.culprit is None and layers.over == [] and "no culprit" in layers.summary()
+    assert max(m.local_rel_l2 for m in layers.modules) < layers.threshold
+    assert LayerReport.from_dict(layers.to_dict()).dtype == dtype
+
+
+@pytest.fixture(scope="module")
+def tiny_flow(tmp_path_factory):
+    """The tiny SD3 and Flux folders, each built once."""
+    from xrand.models import build_tiny
+
+    built = {}
+
+    def folder(name):
+        if name not in built:
+            built[name] = str(build_tiny(name, tmp_path_factory.mktemp(name) / "model", seed=0))
+        return built[name]
+
+    return folder
+
+
+@pytest.mark.parametrize("family, dtype", [("sd3", "bfloat16"), ("sd3", "float16"), ("flux", "bfloat16")])
+def test_half_precision_compare_on_tiny_flow_matching_models_with_their_floor(mindone, tiny_flow, family, dtype):
+    """Flow-matching families (an MMDiT transformer, CLIP and T5 text encoders) at half precision."""
+    from xrand.compare import compare_frameworks
+
+    c = compare_frameworks(Settings(model=tiny_flow(family), prompt="a red circle", steps=2, batch_size=1, dtype=dtype,
+                                    height=32, width=32, call_options={"max_sequence_length": 32}), noise_floor=True)
+    floor = c.noise_floor["rel_l2"]
+    assert c.passed and 1e-4 < floor < 5e-2 and c.final["rel_l2"] < 5 * floor, c.verdict()
+    assert f"torch's own {dtype} floor" in c.verdict()
+    stand_ins = c.ran["b"]["half_precision_stand_ins"]
+    if dtype == "bfloat16":  # T5's gated-gelu, the transformer's; SD3 pads the CLIP embeddings to T5's width
+        expected = {"Pow (mint.pow)", "Tanh", "Dense (mint.nn.Linear)", "Split (chunk)"}
+        assert expected | ({"PadV3 (pad)"} if family == "sd3" else set()) <= set(stand_ins)
+    else:
+        assert stand_ins == {}
+
+
 def _bf16(ms, torch, array):
     """The same bfloat16 values on both frameworks."""
     t = torch.from_numpy(array).to(torch.bfloat16)
@@ -104,6 +179,13 @@ STAND_INS = {
     "stack": (lambda ms, mint, cells, x, y: mint.stack([x, y]), lambda tnn, cells, x, y: __import__("torch").stack([x, y]),
               "Stack"),
     "tile": (lambda ms, mint, cells, x, y: x.tile((2, 1)), lambda tnn, cells, x, y: x.tile((2, 1)), "Tile"),
+    # SD3's T5 (gated-gelu) and prompt embeddings
+    "mint.pow": (lambda ms, mint, cells, x, y: mint.pow(x, 3.0), lambda tnn, cells, x, y: x.pow(3.0),
+                 "Pow (mint.pow)"),
+    "pow -2": (lambda ms, mint, cells, x, y: y ** -2, lambda tnn, cells, x, y: y ** -2, "Pow"),
+    "tanh": (lambda ms, mint, cells, x, y: mint.tanh(x), lambda tnn, cells, x, y: x.tanh(), "Tanh"),
+    "pad": (lambda ms, mint, cells, x, y: mint.nn.functional.pad(x, (0, 3)),
+            lambda tnn, cells, x, y: tnn.functional.pad(x, (0, 3)), "PadV3 (pad)"),
 }
 
 

@@ -54,7 +54,7 @@ class ModuleDiff:
     local_rel_l2: Optional[float]
     max_abs: Optional[float]
     nested: int = 0  # how many calls follow inside this one (its submodules' calls)
-    floor_rel_l2: Optional[float] = None  # torch float32 vs float64 at this call (as run)
+    floor_rel_l2: Optional[float] = None  # torch at the run's dtype vs float64 at this call (as run)
     limit: Optional[float] = None  # the local error it may reach (module_limit)
     msprobe: Dict[str, float] = field(default_factory=dict)  # metrics.module_metrics of the outputs as run
 
@@ -93,6 +93,7 @@ class LayerReport:
     dumped: List[str] = field(default_factory=list)
     rule: str = "local_rel_l2 > threshold"
     use_floors: bool = False  # each call's limit is at least LAYER_FLOOR_MULTIPLE x its own torch floor
+    dtype: str = "float32"  # the denoiser's dtype on both sides: each floor is torch in it vs float64
 
     @property
     def over(self) -> List[ModuleDiff]:
@@ -108,7 +109,8 @@ class LayerReport:
         worst = self.worst
         return {"step": self.step, "timestep": self.timestep, "threshold": self.threshold, "culprit": self.culprit,
                 "over": [m.label for m in self.over], "worst": worst.label if worst else None,
-                "rule": self.rule, "use_floors": self.use_floors, "floor": self.floor, "unmatched": self.unmatched,
+                "rule": self.rule, "use_floors": self.use_floors, "dtype": self.dtype, "floor": self.floor,
+                "unmatched": self.unmatched,
                 "seconds": self.seconds, "modules": [m.to_dict() for m in self.modules]}
 
     @classmethod
@@ -127,7 +129,7 @@ class LayerReport:
         return cls(threshold=float(data["threshold"]), modules=modules, culprit=data["culprit"],
                    unmatched=dict(data["unmatched"]), floor=data["floor"], step=data["step"],
                    timestep=number(data["timestep"]), seconds=float(data["seconds"]), rule=data["rule"],
-                   use_floors=bool(data["use_floors"]))
+                   use_floors=bool(data["use_floors"]), dtype=data.get("dtype", "float32"))
 
     def summary(self) -> str:
         """The console's lines: the culprit (the first call over its limit whose submodules stay
@@ -140,7 +142,8 @@ class LayerReport:
                     if largest else "")
             return f"layers {where}: no culprit, every one of {len(self.modules)} module calls within its limit{tail}"
         m = next(m for m in self.modules if m.label == self.culprit)
-        why = f" ({LAYER_FLOOR_MULTIPLE:g}x torch's own float32-vs-float64 error there)" if m.limit > self.threshold else ""
+        why = (f" ({LAYER_FLOOR_MULTIPLE:g}x torch's own {self.dtype}-vs-float64 error there)"
+               if m.limit > self.threshold else "")
         line = (f"layers {where}: MindSpore parts from torch at {self.culprit} ({m.type}), local relative L2 "
                 f"{m.local_rel_l2:.3g} > {m.limit:.3g}{why}, its submodules within")
         over, worst = self.over, self.worst
@@ -162,8 +165,8 @@ def find_culprit(modules: Sequence[ModuleDiff], threshold: float, use_floors: bo
     """The first call (execution order) over its limit locally whose nested calls all stay within.
 
     The limit is ``threshold``; with ``use_floors`` it is at least :data:`LAYER_FLOOR_MULTIPLE`
-    times the call's own torch float32-vs-float64 error (a module that torch itself computes
-    loosely, such as a sinusoidal embedding of a large timestep, is judged by that).
+    times the call's own torch error, at the run's dtype against float64 (a module that torch
+    itself computes loosely, such as a sinusoidal embedding of a large timestep, is judged by that).
     """
     over = [m.local_rel_l2 is not None and m.local_rel_l2 > module_limit(m, threshold, use_floors)
             for m in modules]
@@ -287,12 +290,11 @@ def layer_diff(torch_module: Any, ms_cell: Any, args: Sequence[Any], kwargs: Opt
     index = {(c.name, c.call): c for c in calls}
     errors = Errors()
     use_floors = threshold is None
-    # Torch's float64 pass (the floor) right after its float32 one, before MindSpore runs, so
+    # Torch's float64 pass (the floor) right after its pass in the run's dtype, before MindSpore runs, so
     # that torch's thread pool does not start while MindSpore's may still hold the cores.
     floors = _torch_floors(torch_module, args, kwargs, index, errors) if use_floors else {}
-    param = next(torch_module.parameters())
-    floor_how = f"torch {_dtype_name(param.dtype)} vs torch float64 on one {type(torch_module).__name__} call, same inputs"
-    del param
+    dtype = _dtype_name(next(torch_module.parameters()).dtype)
+    floor_how = f"torch {dtype} vs torch float64 on one {type(torch_module).__name__} call, same inputs"
     if not hasattr(ms_cell, "cells_and_names"):  # a function making it, now that torch's passes are done
         ms_cell = ms_cell()
     cells = dict(ms_cell.cells_and_names())
@@ -328,7 +330,7 @@ def layer_diff(torch_module: Any, ms_cell: Any, args: Sequence[Any], kwargs: Opt
     return LayerReport(threshold=threshold, modules=rows, culprit=culprit.label if culprit else None,
                        unmatched=unmatched, floor=floor_info, step=step, timestep=timestep,
                        seconds=time.perf_counter() - start, dumped=list(dump), rule=rule,
-                       use_floors=use_floors)
+                       use_floors=use_floors, dtype=dtype)
 
 
 def _torch_calls(torch_module: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> List[_Call]:
@@ -569,7 +571,8 @@ def layers_at_step(torch_side: Any, ms_side: Any, plan: Any, recording: Any, tim
     def ms_denoiser() -> Any:  # loaded (ms_side a function) only once torch's passes are done
         return plan.recipe.denoiser_of((ms_side() if callable(ms_side) else ms_side).pipe)
 
-    with torch_side.fw.running(torch_side.device, "pynative"), ms.running(plan.devices.get("mindspore"), "pynative"):
+    with torch_side.fw.running(torch_side.device, "pynative"), ms.running(plan.devices.get("mindspore"), "pynative"), \
+            ms.half_precision(plan.settings.dtype):
         return layer_diff(torch_denoiser, ms_denoiser if callable(ms_side) else ms_denoiser(), args, kwargs,
                           threshold=options.threshold, dump=options.dump, dump_dir=options.dump_dir,
                           step=k, timestep=timesteps[k] if k < len(timesteps) else None)

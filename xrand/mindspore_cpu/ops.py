@@ -615,6 +615,27 @@ def half_stand_in(name, original):
     return stand_in
 
 
+def half_pow(name, original):
+    """``original`` (``Tensor.__pow__``, ``mint.pow``) as :func:`half_stand_in` makes it, but a
+    bfloat16 tensor to the power 3 or -2 is computed from products rounded to bfloat16 each, as
+    torch's CPU computes them (aten/src/ATen/native/cpu/PowKernel.cpp,
+    pow_tensor_scalar_optimized_kernel: ``base * base * base``, ``1 / (base * base)`` in bfloat16)."""
+    wide = half_stand_in(name, original)
+
+    def stand_in(input, exponent):
+        if not (isinstance(input, ms.Tensor) and input.dtype == ms.bfloat16
+                and isinstance(exponent, (int, float)) and exponent in (3, -2)):
+            return wide(input, exponent)
+        _note_half(name, ms.bfloat16)
+        x = input.astype(ms.float32)
+        square = (x * x).astype(ms.bfloat16).astype(ms.float32)
+        return (square * x if exponent == 3 else 1 / square).astype(ms.bfloat16)
+
+    stand_in.__name__ = stand_in.__qualname__ = f"half_{getattr(original, '__name__', name)}"
+    stand_in.__doc__ = f"{name} for bfloat16 inputs (no bfloat16 CPU kernel), rounded as torch's CPU rounds it."
+    return stand_in
+
+
 def half_maker(name, original):
     """``original`` (a function making a tensor of ``dtype=``) made in float32 and cast when it is
     asked for bfloat16 (a constant: exact where the value fits bfloat16, else rounded as torch
@@ -658,6 +679,11 @@ HALF_FUNCTIONS = (
     ("mindspore.mint", "stack", "Stack"),
     ("mindspore.mint", "chunk", "Split (chunk)"),
     ("mindspore.ops", "split", "Split"),
+    # SD3: T5's gated-gelu (mindone.transformers' NewGELUActivation) and the CLIP embeddings
+    # padded to T5's width (pipeline_stable_diffusion_3.py, encode_prompt)
+    ("mindspore.mint", "pow", "Pow (mint.pow)"),
+    ("mindspore.mint", "tanh", "Tanh"),
+    ("mindspore.mint.nn.functional", "pad", "PadV3 (pad)"),
 )
 
 
@@ -741,11 +767,10 @@ def half_targets() -> list[tuple[object, str, object]]:
            (nn.LayerNorm, "construct", _nn_layer_norm_half(nn.LayerNorm.construct)),
            (nn.Dense, "construct", _nn_dense_half(nn.Dense.construct)),
            (Conv2d, "construct", _conv2d_half(Conv2d.construct))]
-    for attribute, kernel in HALF_TENSOR_METHODS:
-        out.append((ms.Tensor, attribute, half_stand_in(kernel, getattr(ms.Tensor, attribute))))
-    for module, attribute, kernel in HALF_FUNCTIONS:
-        owner = importlib.import_module(module)
-        out.append((owner, attribute, half_stand_in(kernel, getattr(owner, attribute))))
+    for owner, attribute, kernel in [(ms.Tensor, a, k) for a, k in HALF_TENSOR_METHODS] + \
+            [(importlib.import_module(m), a, k) for m, a, k in HALF_FUNCTIONS]:
+        wrap = half_pow if attribute in ("__pow__", "pow") else half_stand_in
+        out.append((owner, attribute, wrap(kernel, getattr(owner, attribute))))
     for module, attribute, kernel in HALF_MAKERS:
         owner = importlib.import_module(module)
         out.append((owner, attribute, half_maker(kernel, getattr(owner, attribute))))

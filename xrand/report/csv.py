@@ -10,7 +10,7 @@ Column names and their meaning are msprobe's (Ascend/msprobe,
 side under test (MindSpore), "Bench" the reference (torch). msprobe compares the outputs as each
 side ran them, so its columns here describe the outputs as run (xrand's global error); the
 ``xrand ...`` columns add what msprobe has no column for: the local error (the module fed torch's
-inputs), torch's own float32-vs-float64 floor there, and the limit the call is judged by.
+inputs), torch's own floor there (the run's dtype against float64), and the limit the call is judged by.
 """
 from __future__ import annotations
 

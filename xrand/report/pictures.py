@@ -68,7 +68,7 @@ def plot_frames(c: Any, path: str) -> None:
 
 def plot_divergence(c: Any, path: str) -> None:
     """Relative L2 and max |diff| per step, free running (global) and lockstep (local), against the
-    tolerance and, when it was measured, torch's own float32-vs-float64 floor (the one the verdict
+    tolerance and, when it was measured, torch's own floor at the run's dtype (the one the verdict
     names); exact agreement on a band of its own; the legend beside the plot, off the data."""
     from .plots import ExactBand
 
@@ -134,7 +134,7 @@ def plot_layers(layers: Any, path: str) -> None:
     ax.plot(x, band([m.rel_l2 for m in rows]), ".-", ms=3, lw=0.8, label="global: outputs as run")
     ax.plot(x, band(local), "s", ms=3, label="local: fed torch's inputs")
     if any(f is not None for f in floors):
-        ax.plot(x, band(floors), ":", lw=0.8, color="gray", label="torch float32 vs float64 (as run)")
+        ax.plot(x, band(floors), ":", lw=0.8, color="gray", label=f"torch {layers.dtype} vs float64 (as run)")
     if layers.use_floors:
         limit_label = f"limit per call: max({layers.threshold:.3g}, {LAYER_FLOOR_MULTIPLE:g}x its torch floor)"
     else:
