@@ -1,24 +1,26 @@
-"""Figure 10: a Stable-Diffusion-1.5-sized model through `xrand compare`: seconds per step per
-side and peak memory per stage.
+"""Figure 10: a Stable-Diffusion-1.5-sized model through `xrand compare`: peak memory and time per
+stage, and seconds per step per side and MindSpore mode.
 
     python benchmarks/bench_scale.py [--sizes 256,512] [--model-dir DIR]
 
 Model: xrand.models.sd15_sized's random-weight StableDiffusionPipeline folder (UNet 860M, VAE
 84M, CLIP text encoder 86M parameters; 4.1 GB of float32 safetensors), built once into
 ``--model-dir``. Euler ancestral, 4 steps, batch 1, guidance 7.5 (the UNet sees a batch of 2),
-float32, MindSpore in graph mode (compiled in this run: a fresh graph cache).
+float32.
 
-For each image size a fresh process runs ``xrand.compare.staged.compare_in_stages`` as
-``xrand compare`` does (report.json and pictures written after each stage), the first size with
-every stage (``--lockstep --layers``, noise floor on), larger sizes the sides only, 2 steps (so
-that the whole figure stays near 20 minutes on 2 cores). A thread
+Stages: for each image size a fresh process runs ``xrand.compare.staged.compare_in_stages`` as
+``xrand compare`` does (report.json and pictures written after each stage; MindSpore in its
+default mode for this folder, PyNative), the first size with every stage (``--layers
+--lockstep``, noise floor on), larger sizes the sides only, 2 steps (machine time). A thread
 samples the resident memory of the process and its children (VmRSS) every 50 ms and keeps the
-peak per stage; the stage is set by wrapping the functions the staged compare calls (load,
-run, pipeline_floor, layers_at_step). Seconds per step: the time between two scheduler steps of
-a side (the first step, which includes the prompt's encoding and, on MindSpore in graph mode,
-compiling the UNet, is reported apart; a side run in a process of its own, as MindSpore's is for a
-folder this size, gives its whole time only). Memory counts the process and its children. Target: every stage within 12 GB (half this machine's
-24 GB).
+peak per stage; the stage is set by wrapping the functions the staged compare calls (load, run,
+side_in_own_process, pipeline_floor, layers_at_step). Target: every stage within 12 GB (half
+this machine's 24 GB).
+
+Speed: for each size and side (torch; MindSpore PyNative; MindSpore graph mode, compiled in this
+process on a fresh graph cache) a fresh process loads the pipeline and runs it twice: a later
+step is the median time between two scheduler steps of the second run; the first run's extra
+time over the second is the compile (and first-call) cost. Peak RSS of that process.
 """
 from __future__ import annotations
 
@@ -156,6 +158,60 @@ def child(argv) -> None:
                       "mode": comparison.environments["b"].get("mindspore_mode")}))
 
 
+def speed_child(argv) -> None:
+    """Runs in a fresh process: one side of the folder at one size, loaded once and run twice."""
+    import threading
+
+    model, size, side, steps = argv[0], int(argv[1]), argv[2], int(argv[3])
+    framework, _, mode = side.partition(":")
+    from xrand.pipelines.quiet import silenced
+
+    with silenced():
+        import mindspore  # noqa: F401
+        import torch  # noqa: F401
+
+    from xrand.compare import make_plan
+    from xrand.compare.boundary import Boundary
+    from xrand.compare.sides import load, run
+    from xrand.patch import patched
+    from xrand.pipelines.settings import Settings
+
+    peak, done = [0], threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.05):
+            with open("/proc/self/status") as f:
+                peak[0] = max(peak[0], next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:")))
+
+    threading.Thread(target=sample, daemon=True).start()
+    times = []
+    real_step = Boundary._step
+
+    def timed_step(self, *args, **kwargs):
+        out = real_step(self, *args, **kwargs)
+        times.append(time.perf_counter())
+        return out
+
+    Boundary._step = timed_step
+    settings = Settings(model=model, steps=steps, batch_size=1, prompt=PROMPT, height=size, width=size,
+                        scheduler="euler-a")
+    plan = make_plan(settings, frameworks=(framework,), mindspore_mode=mode or None)
+    start = time.perf_counter()
+    loaded = load(plan, framework)
+    load_seconds = time.perf_counter() - start
+    runs = []
+    with patched():
+        for _ in range(2):
+            times.clear()
+            start = time.perf_counter()
+            run(loaded, plan)
+            runs.append(time.perf_counter() - start)
+    done.set()
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    print(json.dumps({"load": load_seconds, "first": runs[0], "second": runs[1], "later_step": statistics.median(gaps),
+                      "peak_gb": peak[0] / 1024 ** 3, "mode": plan.mindspore_mode}))
+
+
 def model_folder(folder: Path) -> str:
     if not (folder / "model_index.json").exists():
         from xrand.models.sd15_sized import build_sd15_sized
@@ -164,43 +220,50 @@ def model_folder(folder: Path) -> str:
     return str(folder)
 
 
-ORDER = ["load torch", "torch side", "load mindspore", "mindspore side", "lockstep", "floor (torch float64)",
-         "layers", "report", "between stages"]
+ORDER = ["load torch", "torch side", "load mindspore", "mindspore side", "floor (torch float64)", "layers",
+         "lockstep", "report", "between stages"]
+SPEED_SIDES = {"torch": "torch", "mindspore:pynative": "MindSpore PyNative", "mindspore:graph": "MindSpore graph mode"}
 
 
 def run(repeats: int = 1, sizes=(256, 512), model_dir: str = "") -> Section:
     folder = model_folder(Path(model_dir or os.path.join(tempfile.gettempdir(), "xrand-sd15-sized")))
     section = Section(
-        title="10. A Stable-Diffusion-1.5-sized model through xrand compare: time and peak memory per stage",
+        title="10. A Stable-Diffusion-1.5-sized model through xrand compare: memory and time per stage, seconds per step",
         method=(__doc__.split("\n\n", 2)[2].strip()),
-        columns=["size", "stage", "seconds", "peak RSS (GB)"])
+        columns=["size", "stage, or side (speed)", "seconds", "a later step (s)", "peak RSS (GB)"])
     with tempfile.TemporaryDirectory() as cache:
         for size in sizes:
             every = size == sizes[0]
-            data = run_json([__file__, "--child", folder, str(size), "all" if every else "sides",
-                             str(STEPS if every else LARGE_STEPS)], timeout=3600, env={"XRAND_CACHE_DIR": cache})
+            steps = STEPS if every else LARGE_STEPS
+            data = run_json([__file__, "--child", folder, str(size), "all" if every else "sides", str(steps)],
+                            timeout=3600, env={"XRAND_CACHE_DIR": cache})
             for name in ORDER:
                 if name in data["peaks_gb"]:
                     peak = data["peaks_gb"][name]
-                    section.rows.append(Row([f"{size}", name, f"{data['seconds'].get(name, 0):.1f}" if name != "report"
-                                             else f"{data['report_seconds']:.1f}", f"{peak:.2f}"],
-                                            f"≤ {TARGET_GB:g} GB", peak <= TARGET_GB))
-            for side in ("torch side", "mindspore side"):
-                s = data["steps"].get(side, {})
-                section.notes.append(
-                    f"{size} px, {side}: {data['side_seconds'].get(side.split()[0]) or 0:.1f} s for {data['steps_run']} steps "
-                    f"(prompt, steps, VAE decode), a later step {s.get('later_steps') or 0:.2f} s")
+                    took = data["report_seconds"] if name == "report" else data["seconds"].get(name, 0)
+                    later = (data["steps"].get(name) or {}).get("later_steps")
+                    section.rows.append(Row([f"{size}", name, f"{took:.1f}", f"{later:.2f}" if later else "",
+                                             f"{peak:.2f}"], f"≤ {TARGET_GB:g} GB", peak <= TARGET_GB))
             section.notes.append(
-                f"{size} px: whole compare {data['total_seconds']:.0f} s, process high-water mark (VmHWM) "
-                f"{data['hwm_gb']:.2f} GB; rel L2 {data['rel_l2']:.3g}, torch's floor {data['floor'] or 0:.3g}"
+                f"{size} px, {steps} steps: whole compare {data['total_seconds']:.0f} s, process high-water mark "
+                f"(VmHWM) {data['hwm_gb']:.2f} GB; rel L2 {data['rel_l2']:.3g}, torch's floor {data['floor'] or 0:.3g}"
                 + (f"; layers: {data['modules']} module calls, culprit {data['culprit']}" if data["modules"] else "")
                 + f"; MindSpore ran {data['mode']}")
+            for side, label in SPEED_SIDES.items():
+                s = run_json([__file__, "--speed", folder, str(size), side, str(steps)], timeout=3600,
+                             env={"XRAND_CACHE_DIR": cache})
+                section.rows.append(Row([f"{size}", f"speed: {label}, {steps} steps (load {s['load']:.0f} s)",
+                                         f"{s['second']:.1f} (first run {s['first']:.1f})", f"{s['later_step']:.2f}",
+                                         f"{s['peak_gb']:.2f}"]))
     return section
 
 
 def main() -> None:
     if "--child" in sys.argv:
         child(sys.argv[sys.argv.index("--child") + 1:])
+        return
+    if "--speed" in sys.argv:
+        speed_child(sys.argv[sys.argv.index("--speed") + 1:])
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="256,512", help="image sizes, comma-separated (default 256,512)")

@@ -87,6 +87,23 @@ def test_a_plan_is_immutable_and_a_cell_reuses_its_folder(tiny_model, monkeypatc
         plan.cell(scheduler="DPMSolverMultistepScheduler", scheduler_options={"s_noise": 1.0})
 
 
+def test_a_large_model_runs_mindspore_pynative_on_a_cpu_unless_graph_mode_is_asked(tiny_model, mindone, monkeypatch):
+    from xrand.compare import plan as plan_module
+
+    settings = Settings(model=tiny_model, steps=3)
+    assert make_plan(settings).mindspore_mode == "graph"  # the tiny model is far below the line
+    monkeypatch.setattr(plan_module, "PYNATIVE_ABOVE_BYTES", 1000)  # the tiny model's weights are more
+    plan = make_plan(settings)
+    size = plan.folder.weights_bytes
+    assert size > 1000 and size == sum(os.path.getsize(p) for p in plan.folder.weights)
+    assert plan.mindspore_mode == "pynative" and plan.mindspore_mode_reason.startswith(
+        f"the model's weights are {size / 1e9:.1f} GB: on a CPU graph mode")
+    assert plan.cell(seed=1).mindspore_mode == "pynative"
+    asked = make_plan(settings, mindspore_mode="graph")
+    assert (asked.mindspore_mode, asked.mindspore_mode_reason) == ("graph", None)
+    assert asked.cell(seed=1).mindspore_mode == "graph"
+
+
 @pytest.mark.parametrize("options, message", [
     (dict(tolerance=-1), "tolerance must be a finite number >= 0, got -1"),
     (dict(mindspore_mode="jit"), "unknown MindSpore mode 'jit'; accepted: pynative, graph"),

@@ -5,7 +5,8 @@ whether it fits the pipeline (components, denoiser class), the pipeline's inputs
 read once and known by their content's digest; call options against the library pipeline's
 call), the scheduler (its name, whether it fits the recipe's kind and the library pipeline, its
 options against the class, the step count), devices, MindSpore's mode (PyNative where the
-recipe's denoiser cannot compile for a CPU, and why), the tolerance, the layer options. Every
+recipe's denoiser cannot compile for a CPU or, unless graph mode is asked for, the model is large;
+and why), the tolerance, the layer options. Every
 stage (both sides, lockstep, the noise floor, layers, a matrix row, a sweep cell) reads the
 plan and re-derives nothing. The folder is read once (:func:`.folder.read_folder`).
 
@@ -24,8 +25,8 @@ from ..checks import UsageError, UsageTypeError
 from ..pipelines import schedulers
 from ..pipelines.components import COMPONENT_DTYPES_PYNATIVE, model_components
 from ..pipelines.folder import ModelFolder, check_components, read_folder
-from ..pipelines.frameworks import (BFLOAT16_ON_CPU, DEFAULT_MINDSPORE_MODE, FRAMEWORKS, check_framework,
-                                    check_mindspore_mode, framework)
+from ..pipelines.frameworks import (BFLOAT16_ON_CPU, DEFAULT_MINDSPORE_MODE, FRAMEWORKS, PYNATIVE_ABOVE_BYTES,
+                                    check_framework, check_mindspore_mode, framework, large_model_pynative)
 from ..pipelines.inputs import read_input
 from ..pipelines.quiet import silenced
 from ..pipelines.recipes import Recipe, recipe as recipe_named
@@ -68,7 +69,8 @@ class Plan:
     noise_floor: bool = False
     denoiser_calls: Optional[int] = None  # how many denoiser calls a run makes (known with layers)
     input_files: Mapping[str, str] = field(default_factory=dict)  # input -> sha256 of its file
-    mindspore_mode_reason: Optional[str] = None  # why MindSpore runs PyNative where graph mode was asked
+    mindspore_mode_reason: Optional[str] = None  # why MindSpore runs PyNative where graph mode was asked or the default
+    mindspore_mode_asked: Optional[str] = None  # as make_plan got it (None: the default)
     tolerance_given: bool = False  # False: the dtype's default (a cell in another dtype takes that one's)
 
     @property
@@ -103,9 +105,9 @@ class Plan:
             changes["dtype"] = dtype
         if scheduler is not None:
             changes.update(scheduler=scheduler, scheduler_options=dict(scheduler_options or {}))
-        asked_mode = "graph" if self.mindspore_mode_reason else self.mindspore_mode  # as make_plan got it
         return make_plan(replace(self.settings, **changes), frameworks=self.frameworks, devices=self.devices,
-                         tolerance=self.tolerance if self.tolerance_given else None, mindspore_mode=asked_mode,
+                         tolerance=self.tolerance if self.tolerance_given else None,
+                         mindspore_mode=self.mindspore_mode_asked,
                          lockstep=self.lockstep, layers=self.layers, noise_floor=self.noise_floor, folder=self.folder)
 
 
@@ -118,12 +120,14 @@ def check_tolerance(tolerance: Any) -> float:
 
 def make_plan(settings: Settings, *, frameworks: Sequence[str] = FRAMEWORKS,
               devices: Optional[Mapping[str, Optional[str]]] = None, tolerance: Optional[float] = None,
-              mindspore_mode: str = DEFAULT_MINDSPORE_MODE, lockstep: bool = False, layers: Optional[Any] = None,
+              mindspore_mode: Optional[str] = None, lockstep: bool = False, layers: Optional[Any] = None,
               noise_floor: bool = False, folder: Optional[ModelFolder] = None) -> Plan:
     """Resolve and check everything about a comparison (see the module); ``UsageError`` naming
     the first thing that cannot run. ``frameworks``: the sides it runs (both for a comparison,
     one for ``xrand run``); ``devices``: framework -> device (torch: ``"cuda:0"``; MindSpore: a
-    device target); ``folder``: the model folder when already read (a cell of a sweep)."""
+    device target); ``mindspore_mode``: ``"graph"`` or ``"pynative"``, None for graph mode but
+    PyNative on a CPU for a folder of more than 1 GiB of weights; ``folder``: the model folder
+    when already read (a cell of a sweep)."""
     if not isinstance(settings, Settings):
         raise UsageTypeError(f"make_plan takes Settings, got {settings!r}")
     frameworks = tuple(check_framework(name) for name in frameworks)
@@ -132,7 +136,8 @@ def make_plan(settings: Settings, *, frameworks: Sequence[str] = FRAMEWORKS,
     devices = dict(devices or {})
     for name in devices:
         check_framework(name)
-    check_mindspore_mode(mindspore_mode)
+    asked_mode = mindspore_mode if mindspore_mode is None else check_mindspore_mode(mindspore_mode)
+    mindspore_mode = asked_mode or DEFAULT_MINDSPORE_MODE
     tolerance_given = tolerance is not None
     tolerance = DEFAULT_TOLERANCE[settings.dtype] if tolerance is None else check_tolerance(tolerance)
     if noise_floor and "torch" not in frameworks:
@@ -162,18 +167,19 @@ def make_plan(settings: Settings, *, frameworks: Sequence[str] = FRAMEWORKS,
         layers.check(calls)
     devices = {name: framework(name).check_device(devices.get(name)) for name in frameworks}
     mode_reason = None
-    if mindspore_mode == "graph" and recipe.pynative_only and "mindspore" in frameworks \
-            and framework("mindspore").compiles_on_cpu(devices["mindspore"]):
+    on_cpu = "mindspore" in frameworks and framework("mindspore").compiles_on_cpu(devices["mindspore"])
+    if mindspore_mode == "graph" and recipe.pynative_only and on_cpu:
         mindspore_mode, mode_reason = "pynative", recipe.pynative_only
-    if mindspore_mode == "graph" and settings.dtype == "bfloat16" and "mindspore" in frameworks \
-            and framework("mindspore").compiles_on_cpu(devices["mindspore"]):
+    if mindspore_mode == "graph" and settings.dtype == "bfloat16" and on_cpu:
         mindspore_mode, mode_reason = "pynative", BFLOAT16_ON_CPU
+    if asked_mode is None and mindspore_mode == "graph" and on_cpu and folder.weights_bytes > PYNATIVE_ABOVE_BYTES:
+        mindspore_mode, mode_reason = "pynative", large_model_pynative(folder.weights_bytes)
     if mindspore_mode == "graph" and settings.component_dtypes and "mindspore" in frameworks:
         mindspore_mode, mode_reason = "pynative", COMPONENT_DTYPES_PYNATIVE
     return Plan(settings=settings, folder=folder, recipe=recipe, scheduler=scheduler, frameworks=frameworks,
                 devices=devices, tolerance=tolerance, mindspore_mode=mindspore_mode, lockstep=bool(lockstep),
                 layers=layers, noise_floor=bool(noise_floor), denoiser_calls=calls, input_files=input_files,
-                mindspore_mode_reason=mode_reason, tolerance_given=tolerance_given)
+                mindspore_mode_reason=mode_reason, mindspore_mode_asked=asked_mode, tolerance_given=tolerance_given)
 
 
 def _check_component_dtypes(settings: Settings, folder: ModelFolder, recipe: Recipe) -> None:

@@ -2,16 +2,16 @@
 what the stage needs.
 
 Stages: ``sides`` (torch, then MindSpore; each side file written as it finishes), then what the
-plan asks for: ``floor``, ``lockstep``, ``layers``. After each stage the caller's ``on_stage``
+plan asks for: ``floor``, ``layers``, ``lockstep``. After each stage the caller's ``on_stage``
 gets the comparison so far and the stages still missing (the command line writes report.json and
 the pictures there). ``stages.json`` ties the folder to the plan: the same plan on the same folder
 runs only the missing stages; another plan is refused.
 
-Memory (what a real-sized model needs): the torch pipeline is dropped before MindSpore loads;
-MindSpore's side runs in a process of its own for a folder of more than :data:`OWN_PROCESS_BYTES`
-of weights (else it is dropped after its side), so the float64 floor runs on the torch pipeline
-alone (loaded again); lockstep then loads MindSpore again, and ``--layers`` runs torch's passes,
-drops torch, then MindSpore's.
+Memory (what a real-sized model needs): one framework's pipeline at a time. The torch pipeline
+is dropped before MindSpore loads; MindSpore's side runs in a process of its own for a folder of
+more than :data:`OWN_PROCESS_BYTES` of weights (else it is dropped after its side), so the
+float64 floor runs on the torch pipeline alone (loaded again); ``--layers`` runs torch's passes
+on it, drops torch, then loads MindSpore for its passes, and lockstep runs on that.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from .result import Comparison, compare_sides
 from .sidefile import load_side, save_side
 from .sides import Everything, Loaded, Side, fingerprinted, load, run
 
-STAGES = ("sides", "floor", "lockstep", "layers")
+STAGES = ("sides", "floor", "layers", "lockstep")
 STAGE_FILE = "stages.json"
 STAGES_VERSION = 1
 
@@ -40,8 +40,8 @@ def side_file(out_dir: str, framework: str) -> str:
 
 def wanted(plan: Plan) -> List[str]:
     """The stages this plan asks for, in the order they run."""
-    return ["sides"] + [name for name, asked in (("floor", plan.noise_floor), ("lockstep", plan.lockstep),
-                                                 ("layers", plan.layers is not None)) if asked]
+    return ["sides"] + [name for name, asked in (("floor", plan.noise_floor), ("layers", plan.layers is not None),
+                                                 ("lockstep", plan.lockstep)) if asked]
 
 
 def identity(plan: Plan) -> Dict[str, Any]:
@@ -128,18 +128,11 @@ def _differences(a: Dict[str, Any], b: Dict[str, Any], prefix: str = "") -> List
     return out
 
 
-#: A model folder with more weights than this runs MindSpore's side in a process of its own. In
-#: graph mode MindSpore keeps memory after its pipeline is dropped (6.2 GB of an SD-1.5-sized
-#: side's 12.3 GB, benchmarks/RESULTS.md figure 10), on which the stages after it would stand;
-#: a process that ends gives all of it back. Smaller folders run it here (a new process costs
-#: seconds: importing MindSpore and mindone).
+#: A model folder with more weights than this runs MindSpore's side in a process of its own:
+#: MindSpore keeps memory after its pipeline is dropped (in graph mode, about half of what its
+#: side held), on which the stages after it would stand; a process that ends gives all of it
+#: back. Smaller folders run it here (a new process costs seconds: importing MindSpore and mindone).
 OWN_PROCESS_BYTES = 1 << 30
-
-
-def weights_bytes(path: str) -> int:
-    """The size of the weight files in a model folder."""
-    return sum(os.path.getsize(os.path.join(root, name)) for root, _, names in os.walk(path)
-               for name in names if name.endswith((".safetensors", ".bin", ".ckpt", ".pt")))
 
 
 def side_in_own_process(plan: Plan, framework: str, path: str, quiet: bool = True) -> Side:
@@ -248,15 +241,15 @@ def compare_in_stages(plan: Plan, out_dir: str, on_stage: Callable[[Comparison, 
             folder.save_side(a)
     _free(pipes, "torch")  # MindSpore's side runs alone
     b = folder.side("mindspore")
-    if b is None and weights_bytes(plan.folder.path) > OWN_PROCESS_BYTES:
+    if b is None and plan.folder.weights_bytes > OWN_PROCESS_BYTES:
         b = side_in_own_process(plan, "mindspore", side_file(out_dir, "mindspore"), quiet)
         folder.mark_side(b)
     elif b is None:
         with patched():
             b = fingerprinted(run(loaded("mindspore"), plan))
         folder.save_side(b)
-        # lockstep compiles graphs of its own: the side's would stay beside them (4 GB more for an
-        # SD-1.5-sized UNet at 256x256), so they go, and lockstep loads the pipeline again
+        # the floor runs on torch alone; lockstep compiles graphs of its own, beside which the
+        # side's would stay: the pipeline goes, and layers or lockstep load it again
         _free(pipes, "mindspore")
 
     def comparison_so_far() -> Comparison:
@@ -278,17 +271,8 @@ def compare_in_stages(plan: Plan, out_dir: str, on_stage: Callable[[Comparison, 
     if "floor" in todo:  # torch alone, widened to float64
         with patched():
             folder.save("floor", pipeline_floor(loaded("torch"), plan, a.images))
-        report()
-        _free(pipes, "torch")
-    if lockstep:
-        import time
-
-        start = time.perf_counter()
-        with patched():
-            local = run(loaded("mindspore"), plan, feed=recording).local_steps
-        folder.save("lockstep", {"local_steps": local, "lockstep_seconds": time.perf_counter() - start})
-        report()
-    if layers:  # torch's passes (float32, float64), then torch dropped, then MindSpore's passes
+        report()  # torch stays for layers' passes
+    if layers:  # torch's passes (the run's dtype, float64), then torch dropped, then MindSpore's passes
 
         def mindspore_alone() -> Loaded:
             _free(pipes, "torch")
@@ -297,6 +281,15 @@ def compare_in_stages(plan: Plan, out_dir: str, on_stage: Callable[[Comparison, 
         with patched():
             result = layers_at_step(loaded("torch"), mindspore_alone, plan, recording, a.timesteps)
         folder.save("layers", {"options": _layer_key(plan), "report": result.to_dict()})
+        report()
+    if lockstep:
+        import time
+
+        _free(pipes, "torch")
+        start = time.perf_counter()
+        with patched():
+            local = run(loaded("mindspore"), plan, feed=recording).local_steps
+        folder.save("lockstep", {"local_steps": local, "lockstep_seconds": time.perf_counter() - start})
         report()
     _free(pipes, "mindspore")
     _free(pipes, "torch")

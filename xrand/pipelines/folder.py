@@ -52,6 +52,11 @@ class ModelFolder:
         """``scheduler/scheduler_config.json``, its ``_class_name`` included."""
         return dict(self.config("scheduler"))
 
+    @property
+    def weights_bytes(self) -> int:
+        """The size of the weight files."""
+        return sum(os.path.getsize(path) for path in self.weights)
+
     def fingerprint(self) -> str:
         """sha256 over every component's safetensors weights (sides from two machines are matched by it)."""
         if not self.weights:

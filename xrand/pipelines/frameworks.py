@@ -27,8 +27,17 @@ BFLOAT16_ON_CPU = ("MindSpore's CPU kernels lack bfloat16 (MatMul, Conv2D, Group
                    "xrand's stand-ins compute those in float32 and round to bfloat16, in PyNative")
 #: What a comparison runs MindSpore in unless told otherwise: graph mode, its compiled graphs
 #: kept between processes by .graph_cache (PyNative's bits on a CPU, see .graph_calls; faster
-#: per step, benchmarks/RESULTS.md figure 5).
+#: per step on small models, benchmarks/RESULTS.md figure 5) ...
 DEFAULT_MINDSPORE_MODE = "graph"
+#: ... but PyNative for a model folder of more weights than this on a CPU: there graph mode holds
+#: as much memory again as the weights and its steps are no faster (figure 10).
+PYNATIVE_ABOVE_BYTES = 1 << 30
+
+
+def large_model_pynative(weights_bytes: int) -> str:
+    """Why a large model runs MindSpore PyNative on a CPU, unless graph mode is asked for."""
+    return (f"the model's weights are {weights_bytes / 1e9:.1f} GB: on a CPU graph mode would hold about as much "
+            "again in compiled graphs' memory and run no faster; --mindspore-mode graph runs it anyway")
 
 
 def check_framework(framework: Any) -> str:
