@@ -70,6 +70,30 @@ def clean(pipes, inputs):
 
 
 # -- the unperturbed run ------------------------------------------------------------------------------------
+def test_the_float64_pass_widens_one_module_at_a_time_and_restores_every_dtype():
+    """widened_per_call gives widened's numbers (a float64 model) with each submodule's weights
+    float64 only while it runs, and every dtype back afterwards, even after a call that raised."""
+    import torch
+
+    from xrand.pipelines.widen import widened, widened_per_call
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.LayerNorm(8), torch.nn.GELU(),
+                                torch.nn.Linear(8, 2))
+    x = torch.randn(5, 3)
+    with widened([model]):
+        expected = model(x.double())
+    seen = []
+    model[0].register_forward_hook(lambda m, a, out: seen.append((m.weight.dtype, model[3].weight.dtype)))
+    with widened_per_call(model):
+        got = model(x.double())
+        with pytest.raises(RuntimeError):
+            model(torch.randn(5, 4).double())  # a call that raises inside
+    assert got.dtype == torch.float64 and torch.equal(got, expected)
+    assert seen[0] == (torch.float64, torch.float32)  # only the running module's own weights widened
+    assert {t.dtype for t in list(model.parameters()) + list(model.buffers())} == {torch.float32}
+
+
 def test_unperturbed_run_names_no_culprit(clean):
     assert clean.culprit is None, clean.summary()
     assert all(m.local_rel_l2 <= module_limit(m, clean.threshold, True) for m in clean.modules)

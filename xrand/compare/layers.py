@@ -31,7 +31,7 @@ import numpy as np
 
 from ..checks import UsageError, UsageTypeError
 from ..pipelines.frameworks import framework, mindspore_mode
-from ..pipelines.widen import widened
+from ..pipelines.widen import widened_per_call
 from ..registry import backend
 from .boundary import as_call, call_signature
 from .metrics import Errors, module_metrics
@@ -462,9 +462,9 @@ def _torch_floors(torch_module: Any, args: Sequence[Any], kwargs: Mapping[str, A
                   index: Mapping[Tuple[str, int], _Call], errors: Errors) -> Dict[Tuple[str, int], float]:
     """Per call: relative L2 of torch's outputs against the module run in float64 on the same inputs.
 
-    The module is cast to float64 for the call and back after it (exact: every float32 value is
-    a float64 value) by :func:`xrand.pipelines.widen.widened`, under which float32 pinned
-    inside the model (and the captured inputs' float32) widens too.
+    Each submodule is cast to float64 while it runs and back after it (exact: every float32 value
+    is a float64 value) by :func:`xrand.pipelines.widen.widened_per_call`, under which float32
+    pinned inside the model (and the captured inputs' float32) widens too.
     """
     import torch
 
@@ -485,7 +485,7 @@ def _torch_floors(torch_module: Any, args: Sequence[Any], kwargs: Mapping[str, A
 
         handles.append(module.register_forward_hook(post))
     try:
-        with torch.no_grad(), widened([torch_module]):  # float64 throughout, cast back after
+        with torch.no_grad(), widened_per_call(torch_module):  # float64 throughout, one module's copy at a time
             torch_module(*restore(list(args), pt, param.device, "float64"),
                          **restore(dict(kwargs), pt, param.device, "float64"))
     finally:

@@ -265,6 +265,7 @@ def compare_in_stages(plan: Plan, out_dir: str, on_stage: Callable[[Comparison, 
         return c
 
     def report() -> None:
+        _trim_heap()  # what the stage freed, given back before the next one starts
         on_stage(comparison_so_far(), [s for s in stages if not folder.done(s)])
 
     report()

@@ -3,6 +3,8 @@
 A float64 run of a loaded torch pipeline (or module) must be float64 throughout, without loading
 it again: :func:`widened` casts the modules in place and back, and :func:`widened_torch` makes
 every float32 that diffusers and transformers pin inside their models float64 too.
+:func:`widened_per_call` does the same for one module's calls holding only the float64 copy of
+the submodules running at the moment (a real-sized model's float64 copy is twice its weights).
 """
 from __future__ import annotations
 
@@ -33,6 +35,52 @@ def widened(modules: Iterable[Any]) -> Iterator[None]:
     finally:
         with torch.no_grad():
             for t, dtype in zip(tensors, dtypes):
+                t.data = t.data.to(dtype)
+
+
+@contextlib.contextmanager
+def widened_per_call(module: Any) -> Iterator[None]:
+    """Calls of the torch ``module`` in float64 inside the block, as under :func:`widened`, but
+    each submodule's own floating parameters and buffers are float64 only while that submodule
+    runs (cast by forward hooks, back after; a tensor shared by submodules stays float64 until
+    the last of them ends). Memory: the weights once, plus the float64 copy of the modules on the
+    call stack. A submodule whose parameters are used without calling it would meet float32 ones
+    and fail loudly (a dtype mismatch), not compute in float32."""
+    import torch
+
+    held: dict = {}  # id(tensor) -> [tensor, its dtype, how many running modules hold it]
+
+    def own(m: Any) -> list:
+        return [t for t in list(m._parameters.values()) + list(m._buffers.values())
+                if t is not None and t.is_floating_point()]
+
+    def enter(m: Any, args: Any) -> None:
+        with torch.no_grad(), torch._C.DisableTorchFunction():  # the casts as asked, not widened
+            for t in own(m):
+                entry = held.setdefault(id(t), [t, t.dtype, 0])
+                if entry[2] == 0:
+                    t.data = t.data.to(torch.float64)
+                entry[2] += 1
+
+    def leave(m: Any, args: Any, output: Any) -> None:
+        with torch.no_grad(), torch._C.DisableTorchFunction():
+            for t in own(m):
+                entry = held[id(t)]
+                entry[2] -= 1
+                if entry[2] == 0:
+                    t.data = t.data.to(entry[1])
+                    del held[id(t)]
+
+    handles = [h for m in module.modules()
+               for h in (m.register_forward_pre_hook(enter), m.register_forward_hook(leave))]
+    try:
+        with widened_torch():
+            yield
+    finally:
+        for h in handles:
+            h.remove()
+        with torch.no_grad():  # a call that raised: what it held goes back
+            for t, dtype, _ in held.values():
                 t.data = t.data.to(dtype)
 
 
