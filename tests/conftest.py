@@ -66,6 +66,20 @@ def make_tiny_model(path):
     return str(path)
 
 
+@pytest.fixture(scope="session")
+def scheduler_matrix(tmp_path_factory, mindone):
+    """``xrand compare --scheduler all`` on a tiny model, 4 steps, run once for the tests that read
+    it: ``(exit status, output folder)``."""
+    from xrand.cli import main
+
+    root = tmp_path_factory.mktemp("matrix")
+    model = make_tiny_model(root / "model")
+    out = root / "out"
+    code = main(["compare", "--model", model, "--scheduler", "all", "--steps", "4", "--batch-size", "1", "--quiet",
+                 "--out", str(out)])
+    return code, out
+
+
 @pytest.fixture(autouse=True)
 def _clean_backend_choice(monkeypatch):
     """Every test starts with no process-wide backend choice and no XRAND_BACKEND."""

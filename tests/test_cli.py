@@ -135,13 +135,11 @@ def test_corrupt_model_weights_is_a_clean_error(tiny_model, tmp_path):
     assert not (tmp_path / "side.safetensors").exists()
 
 
-def test_scheduler_all_writes_the_matrix(tiny_model, mindone, tmp_path):
+def test_scheduler_all_writes_the_matrix(scheduler_matrix):
     """Every shared image scheduler on both frameworks, few steps: all pass (5e-3, fp32)."""
     from xrand.pipelines.schedulers import MATRIX
 
-    out = tmp_path / "m"
-    code = main(["compare", "--model", tiny_model, "--scheduler", "all", "--steps", "4", "--batch-size", "1",
-                 "--quiet", "--out", str(out)])
+    code, out = scheduler_matrix
     matrix = json.load(open(out / "matrix.json"))
     failed = [(r["label"], r["rel_l2"], r["error"]) for r in matrix["rows"] if r["verdict"] != "pass"]
     assert code == 0 and matrix["verdict"] == "pass" and not failed, failed

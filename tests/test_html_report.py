@@ -2,8 +2,9 @@
 the pages in a real browser (headless Chromium): no console error, no request, not blank, the
 verdict and the final relative L2 on screen.
 
-The pages come from real runs of the xrand command line on the embedded digits model; every
-expected number is read from the JSON those runs wrote.
+The pages come from real runs of the xrand command line on the embedded digits model (the
+scheduler matrix: on a tiny model, conftest's); every expected number is read from the JSON those
+runs wrote.
 """
 import csv
 import io
@@ -41,10 +42,8 @@ def compare_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def matrix_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("html") / "matrix"
-    xrand_cli("compare", "--scheduler", "all", "--steps", "4", "--batch-size", "1", "--out", str(out))
-    return out
+def matrix_dir(scheduler_matrix):
+    return scheduler_matrix[1]  # conftest: the command line's matrix on a tiny model
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +117,7 @@ def test_matrix_page(matrix_dir):
     worst = max((r for r in matrix["rows"] if r["rel_l2"] is not None), key=lambda r: r["rel_l2"])
     assert f'<b id="final-rel-l2">{worst["rel_l2"]:.3g}</b>' in html
     assert html.count("<tr class=") == len(matrix["rows"])
-    assert "xrand compare --scheduler all --steps 4 --seed 0 --batch-size 1" in html
+    assert "xrand compare --scheduler all --model " in html and " --steps 4 --seed 0 --batch-size 1 " in html
 
 
 def test_sweep_page(sweep_dir):

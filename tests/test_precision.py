@@ -41,12 +41,10 @@ def test_half_precision_compare_on_digits_with_its_floor(mindone, dtype):
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-def test_half_precision_compare_on_tiny_stable_diffusion_with_its_floor(mindone, tmp_path_factory, dtype):
+def test_half_precision_compare_on_tiny_stable_diffusion_with_its_floor(mindone, tiny_sd, dtype):
     from xrand.compare import compare_frameworks
-    from xrand.models.tiny_sd import build_tiny_sd
 
-    folder = build_tiny_sd(tmp_path_factory.mktemp("tiny-sd") / "model", seed=0)
-    c = compare_frameworks(Settings(model=str(folder), prompt="a red circle", steps=3, batch_size=1, dtype=dtype),
+    c = compare_frameworks(Settings(model=tiny_sd, prompt="a red circle", steps=3, batch_size=1, dtype=dtype),
                            noise_floor=True)
     floor = c.noise_floor["rel_l2"]
     assert c.passed and 1e-4 < floor < 5e-2 and c.final["rel_l2"] < 5 * floor, c.verdict()
@@ -97,6 +95,14 @@ def test_layers_at_half_precision_judge_each_module_by_torchs_floor_at_that_dtyp
     assert layers.culprit is None and layers.over == [] and "no culprit" in layers.summary()
     assert max(m.local_rel_l2 for m in layers.modules) < layers.threshold
     assert LayerReport.from_dict(layers.to_dict()).dtype == dtype
+
+
+@pytest.fixture(scope="module")
+def tiny_sd(tmp_path_factory):
+    """The tiny Stable Diffusion folder, built once for this module."""
+    from xrand.models.tiny_sd import build_tiny_sd
+
+    return str(build_tiny_sd(tmp_path_factory.mktemp("tiny-sd") / "model", seed=0))
 
 
 @pytest.fixture(scope="module")
@@ -223,12 +229,10 @@ def test_a_bfloat16_stand_in_computes_as_torch_does_in_bfloat16(mindone, name):
     np.testing.assert_allclose(_values(ms, got), expected.float().numpy(), rtol=2 ** -8, atol=1e-6)
 
 
-def test_component_dtypes_are_checked_when_planned(tmp_path_factory):
+def test_component_dtypes_are_checked_when_planned(tiny_sd):
     from xrand.checks import UsageError
-    from xrand.models.tiny_sd import build_tiny_sd
 
-    folder = str(build_tiny_sd(tmp_path_factory.mktemp("tiny-sd-names") / "model", seed=0))
-    settings = dict(model=folder, prompt="a red circle", steps=2, dtype="bfloat16")
+    settings = dict(model=tiny_sd, prompt="a red circle", steps=2, dtype="bfloat16")
     with pytest.raises(UsageError, match="unknown dtype 'float64'; accepted: float32, float16, bfloat16"):
         Settings(**settings, component_dtypes={"vae": "float64"})
     with pytest.raises(UsageError, match="has no component 'vea' with weights; accepted: text_encoder, vae"):
@@ -242,15 +246,12 @@ def test_component_dtypes_are_checked_when_planned(tmp_path_factory):
 
 
 @pytest.mark.parametrize("components", [{"vae": "float32"}, {"vae": "float32", "text_encoder": "float32"}])
-def test_mixed_precision_on_tiny_stable_diffusion_denoiser_bfloat16_vae_float32(mindone, tmp_path_factory,
-                                                                                components):
+def test_mixed_precision_on_tiny_stable_diffusion_denoiser_bfloat16_vae_float32(mindone, tiny_sd, components):
     import torch
 
     from xrand.compare import compare_loaded, load_pair
-    from xrand.models.tiny_sd import build_tiny_sd
 
-    folder = build_tiny_sd(tmp_path_factory.mktemp("tiny-sd-mixed") / "model", seed=0)
-    plan = make_plan(Settings(model=str(folder), prompt="a red circle", steps=2, batch_size=1, dtype="bfloat16",
+    plan = make_plan(Settings(model=tiny_sd, prompt="a red circle", steps=2, batch_size=1, dtype="bfloat16",
                               component_dtypes=components), noise_floor=True)
     pair = load_pair(plan)
     c = compare_loaded(pair, plan)
