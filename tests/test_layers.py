@@ -83,6 +83,7 @@ def test_the_float64_pass_widens_one_module_at_a_time_and_restores_every_dtype()
     x = torch.randn(5, 3)
     with widened([model]):
         expected = model(x.double())
+    own = [t.data_ptr() for t in model.parameters()]
     seen = []
     model[0].register_forward_hook(lambda m, a, out: seen.append((m.weight.dtype, model[3].weight.dtype)))
     with widened_per_call(model):
@@ -92,6 +93,7 @@ def test_the_float64_pass_widens_one_module_at_a_time_and_restores_every_dtype()
     assert got.dtype == torch.float64 and torch.equal(got, expected)
     assert seen[0] == (torch.float64, torch.float32)  # only the running module's own weights widened
     assert {t.dtype for t in list(model.parameters()) + list(model.buffers())} == {torch.float32}
+    assert [t.data_ptr() for t in model.parameters()] == own  # their own data back, not copies
 
 
 def test_unperturbed_run_names_no_culprit(clean):

@@ -42,22 +42,23 @@ def widened(modules: Iterable[Any]) -> Iterator[None]:
 def widened_per_call(module: Any) -> Iterator[None]:
     """Calls of the torch ``module`` in float64 inside the block, as under :func:`widened`, but
     each submodule's own floating parameters and buffers are float64 only while that submodule
-    runs (cast by forward hooks, back after; a tensor shared by submodules stays float64 until
-    the last of them ends). Memory: the weights once, plus the float64 copy of the modules on the
-    call stack. A submodule whose parameters are used without calling it would meet float32 ones
-    and fail loudly (a dtype mismatch), not compute in float32."""
+    runs (a float64 copy made by a forward pre-hook, the tensor's own data put back by a forward
+    hook; a tensor shared by submodules stays float64 until the last of them ends). Memory: the
+    weights as they are, plus the float64 copy of the modules on the call stack. A submodule
+    whose parameters are used without calling it would meet float32 ones and fail loudly (a
+    dtype mismatch), not compute in float32."""
     import torch
 
-    held: dict = {}  # id(tensor) -> [tensor, its dtype, how many running modules hold it]
+    held: dict = {}  # id(tensor) -> [tensor, its own data, how many running modules hold it]
 
     def own(m: Any) -> list:
         return [t for t in list(m._parameters.values()) + list(m._buffers.values())
                 if t is not None and t.is_floating_point()]
 
     def enter(m: Any, args: Any) -> None:
-        with torch.no_grad(), torch._C.DisableTorchFunction():  # the casts as asked, not widened
+        with torch.no_grad(), torch._C.DisableTorchFunction():  # the cast as asked, not widened
             for t in own(m):
-                entry = held.setdefault(id(t), [t, t.dtype, 0])
+                entry = held.setdefault(id(t), [t, t.data, 0])
                 if entry[2] == 0:
                     t.data = t.data.to(torch.float64)
                 entry[2] += 1
@@ -68,7 +69,7 @@ def widened_per_call(module: Any) -> Iterator[None]:
                 entry = held[id(t)]
                 entry[2] -= 1
                 if entry[2] == 0:
-                    t.data = t.data.to(entry[1])
+                    t.data = entry[1]
                     del held[id(t)]
 
     handles = [h for m in module.modules()
@@ -79,9 +80,9 @@ def widened_per_call(module: Any) -> Iterator[None]:
     finally:
         for h in handles:
             h.remove()
-        with torch.no_grad():  # a call that raised: what it held goes back
-            for t, dtype, _ in held.values():
-                t.data = t.data.to(dtype)
+        with torch.no_grad(), torch._C.DisableTorchFunction():  # a call that raised: what it held goes back
+            for t, data, _ in held.values():
+                t.data = data
 
 
 @contextlib.contextmanager
