@@ -10,8 +10,8 @@ runs only the missing stages; another plan is refused.
 Memory (what a real-sized model needs): one framework's pipeline at a time. The torch pipeline
 is dropped before MindSpore loads; MindSpore's side runs in a process of its own for a folder of
 more than :data:`OWN_PROCESS_BYTES` of weights (else it is dropped after its side), so the
-float64 floor runs on the torch pipeline alone (loaded again); ``--layers`` runs torch's passes
-on it, drops torch, then loads MindSpore for its passes, and lockstep runs on that.
+float64 floor runs on the torch pipeline alone (loaded again, dropped after); ``--layers`` loads
+torch for its passes, drops it, then loads MindSpore for its passes, and lockstep runs on that.
 """
 from __future__ import annotations
 
@@ -272,7 +272,9 @@ def compare_in_stages(plan: Plan, out_dir: str, on_stage: Callable[[Comparison, 
     if "floor" in todo:  # torch alone, widened to float64
         with patched():
             folder.save("floor", pipeline_floor(loaded("torch"), plan, a.images))
-        report()  # torch stays for layers' passes
+        # dropped with what its float64 run left behind (the layers load it again, in seconds)
+        _free(pipes, "torch")
+        report()
     if layers:  # torch's passes (the run's dtype, float64), then torch dropped, then MindSpore's passes
 
         def mindspore_alone() -> Loaded:
