@@ -167,12 +167,15 @@ def make_plan(settings: Settings, *, frameworks: Sequence[str] = FRAMEWORKS,
         layers.check(calls)
     devices = {name: framework(name).check_device(devices.get(name)) for name in frameworks}
     mode_reason = None
-    on_cpu = "mindspore" in frameworks and framework("mindspore").compiles_on_cpu(devices["mindspore"])
-    if mindspore_mode == "graph" and recipe.pynative_only and on_cpu:
+
+    def on_cpu() -> bool:  # asked last: it imports MindSpore
+        return "mindspore" in frameworks and framework("mindspore").compiles_on_cpu(devices["mindspore"])
+
+    if mindspore_mode == "graph" and recipe.pynative_only and on_cpu():
         mindspore_mode, mode_reason = "pynative", recipe.pynative_only
-    if mindspore_mode == "graph" and settings.dtype == "bfloat16" and on_cpu:
+    if mindspore_mode == "graph" and settings.dtype == "bfloat16" and on_cpu():
         mindspore_mode, mode_reason = "pynative", BFLOAT16_ON_CPU
-    if asked_mode is None and mindspore_mode == "graph" and on_cpu and folder.weights_bytes > PYNATIVE_ABOVE_BYTES:
+    if asked_mode is None and mindspore_mode == "graph" and folder.weights_bytes > PYNATIVE_ABOVE_BYTES and on_cpu():
         mindspore_mode, mode_reason = "pynative", large_model_pynative(folder.weights_bytes)
     if mindspore_mode == "graph" and settings.component_dtypes and "mindspore" in frameworks:
         mindspore_mode, mode_reason = "pynative", COMPONENT_DTYPES_PYNATIVE
