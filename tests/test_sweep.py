@@ -213,8 +213,16 @@ def test_ray_retries_a_dead_actor_elsewhere(on_ray):
     assert proc.returncode == 0, proc.stderr
     rows = rows_of(on_ray["out"])
     assert len(rows) == 8 and all(r["passed"] for r in rows)
-    assert len(os.listdir(os.path.join(os.path.dirname(on_ray["out"]), "kills"))) == 1  # it was killed once
-    assert len({r["worker"] for r in rows}) == 2  # and retried on the other actor
+    kills = os.path.join(os.path.dirname(on_ray["out"]), "kills")
+    assert os.listdir(kills) == ["3-0"]  # it was killed once
+    killed = open(os.path.join(kills, "3-0")).read()
+    workers = {r["worker"] for r in rows}
+    assert killed in workers  # it had finished cells before
+    retried = [r for r in rows if (r["seed"], row_label(r)) == (3, EULER_A)]
+    assert len(retried) == 1 and retried[0]["worker"] != killed  # and the cell was retried elsewhere
+    # A cell the actor had finished may be lost with it when Ray fails its calls in flight: then
+    # two cells wait for one live actor and a replacement starts. Never more than one.
+    assert len(workers) in (2, 3)
 
 
 def test_a_folder_of_other_settings_is_refused_naming_the_difference(one_worker, capsys):

@@ -12,8 +12,9 @@ from ..compare.metrics import ssim
 from .config import Cell, SweepConfig, split_entry, split_label
 
 #: Test hook: "SEED:TIMES[,SEED:TIMES]" kills the worker process running that seed's cells, TIMES times
-#: in all (counted by marker files in XRAND_SWEEP_TEST_KILL_DIR), as an out-of-memory kill would;
-#: "SEED@SCHEDULER:TIMES" only that seed's cell of one scheduler (its label).
+#: in all (counted by marker files in XRAND_SWEEP_TEST_KILL_DIR, each holding the killed worker's
+#: name), as an out-of-memory kill would; "SEED@SCHEDULER:TIMES" only that seed's cell of one
+#: scheduler (its label).
 KILL_HOOK, KILL_DIR = "XRAND_SWEEP_TEST_KILL", "XRAND_SWEEP_TEST_KILL_DIR"
 
 
@@ -81,7 +82,8 @@ def _maybe_die(seed: int, scheduler: str) -> None:
     folder = os.environ[KILL_DIR]
     done = [name for name in os.listdir(folder) if name.startswith(f"{seed}-")]
     if len(done) < times[key]:
-        open(os.path.join(folder, f"{seed}-{len(done)}"), "w").close()
+        with open(os.path.join(folder, f"{seed}-{len(done)}"), "w") as marker:
+            marker.write(_worker_name())
         os.kill(os.getpid(), signal.SIGKILL)
 
 
