@@ -20,7 +20,7 @@ import threading
 from collections import abc
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
-from .checks import check_choice
+from .checks import check_choice, loaded_modules
 from .generator import Generator
 from .registry import use_backend
 
@@ -72,8 +72,7 @@ def _replace_everywhere(replacements: List[Tuple[str, str, Callable, Callable]])
     module of the package, in one pass over ``sys.modules`` (thousands of modules once torch,
     MindSpore and transformers are loaded)."""
     prefixes = tuple({prefix for prefix, _, _, _ in replacements})
-    candidates = [(n, m) for n, m in list(sys.modules.items()) if n.startswith(prefixes) and m is not None]
-    for module_name, module in candidates:
+    for module_name, module in loaded_modules(prefixes):
         for prefix, name, old, new in replacements:
             if module_name != prefix and not module_name.startswith(prefix + "."):
                 continue

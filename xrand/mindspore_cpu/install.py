@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import contextlib
-import sys
 
 import mindspore as ms
 
+from ..checks import loaded_modules
 from . import ops
 from .ops import half_targets, targets
 
@@ -95,8 +95,7 @@ def cpu_fallbacks():
 
 
 def _scanned_modules():
-    return [m for n, m in list(sys.modules.items())
-            if m is not None and n.startswith(_SCANNED_PREFIXES)]
+    return [module for _, module in loaded_modules(_SCANNED_PREFIXES)]
 
 
 @contextlib.contextmanager
