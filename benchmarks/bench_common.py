@@ -180,6 +180,20 @@ def run_child(code: str, timeout: float = 600, env: Optional[Dict[str, str]] = N
     return run_json(["-c", code], timeout=timeout, env=env)
 
 
+def tree_rss(pid: int) -> int:
+    """Resident memory (bytes) of process ``pid`` and all its descendants; 0 for one that ended."""
+    total = 0
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            total = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                total += sum(tree_rss(int(child)) for child in f.read().split())
+    except (OSError, StopIteration):  # a process that ended meanwhile
+        pass
+    return total
+
+
 # ----------------------------------------------------------------------------- machine
 
 def cpu_model() -> str:

@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_common import Row, Section, run_json
+from bench_common import Row, Section, run_json, tree_rss
 
 TARGET_GB = 12.0
 STEPS = 4
@@ -63,18 +63,9 @@ def child(argv) -> None:
     gb = 1024 ** 3
     peaks, seconds, label = {}, {}, ["between stages"]
 
-    def rss(pid: int = os.getpid()) -> int:
-        """Resident memory of ``pid`` and its child processes (a side run in a process of its own)."""
-        total = 0
-        try:
-            with open(f"/proc/{pid}/status") as f:
-                total = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
-            for task in os.listdir(f"/proc/{pid}/task"):
-                with open(f"/proc/{pid}/task/{task}/children") as f:
-                    total += sum(rss(int(child)) for child in f.read().split())
-        except (OSError, StopIteration):  # a process that ended meanwhile
-            pass
-        return total
+    def rss() -> int:
+        """Resident memory of this process and its children (a side run in a process of its own)."""
+        return tree_rss(os.getpid())
 
     done = threading.Event()
 

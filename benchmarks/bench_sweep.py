@@ -1,6 +1,8 @@
 """Figure 8: `xrand sweep` throughput: cells per minute with 1 and 2 local workers, and Ray's cost.
+Figure 12: the same on a Stable-Diffusion-1.5-sized model, 1 and 2 local workers, with memory.
 
     python benchmarks/bench_sweep.py [--repeats 2]
+    python benchmarks/bench_sweep.py --sd15-sized [--model-dir DIR]
 
 Each sweep runs in a fresh process (``xrand.sweep.run_sweep``, as ``xrand sweep`` runs
 it) on the embedded digits model, into a new folder, with the time of every finished cell
@@ -13,12 +15,15 @@ on 2 cores); Ray's steady rate within 10% of the local engine's.
 from __future__ import annotations
 
 import json
+import os
 import statistics
+import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
-from bench_common import Row, Section, figure_main, fmt_mmm, run_json
+from bench_common import Row, Section, figure_main, fmt_mmm, run_json, tree_rss
 
 CELLS = 36  # the steady window: about 15 s of cells at one worker (a cell took 0.27 s)
 SEEDS = f"0-{CELLS - 1}"
@@ -26,10 +31,14 @@ STEPS = 10
 TARGET_SCALING = 0.80
 TARGET_RAY_OVERHEAD = 0.10
 RUNS = {"local, 1 worker": ("local", 1), "local, 2 workers": ("local", 2), "ray, 2 workers": ("ray", 2)}
+# Figure 12: the SD-1.5-sized folder (bench_scale's), 256x256, Euler ancestral, batch 1
+LARGE = {"cells": 6, "steps": 2, "size": 256}
 
 
-def child(engine: str, workers: int, out: str) -> dict:
-    """Runs in a fresh process: one sweep, the moment each cell was written."""
+def child(engine: str, workers: int, out: str, model: str = "", size: int = 0, steps: int = STEPS,
+          cells: int = CELLS) -> dict:
+    """Runs in a fresh process: one sweep, the moment each cell was written, and the peak resident
+    memory of this process and its workers (sampled every 50 ms)."""
     from xrand import sweep
     from xrand.cli import default_model
     from xrand.compare import make_plan
@@ -44,18 +53,31 @@ def child(engine: str, workers: int, out: str) -> dict:
     sweep.ResultsFolder.append = timed_append
     from xrand.pipelines.settings import Settings
 
-    plan = make_plan(Settings(model=default_model(), steps=STEPS, batch_size=1))
+    peak, done = [0], threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.05):
+            peak[0] = max(peak[0], tree_rss(os.getpid()))
+
+    threading.Thread(target=sample, daemon=True).start()
+    if model:
+        settings = Settings(model=model, steps=steps, batch_size=1, prompt="a red circle on a blue square",
+                            height=size, width=size, scheduler="euler-a")
+    else:
+        settings = Settings(model=default_model(), steps=steps, batch_size=1)
+    plan = make_plan(settings)
     config = sweep.SweepConfig(plan)
     start = time.perf_counter()
-    result = sweep.run_sweep(config, sweep.parse_seeds(SEEDS), sweep.parse_schedulers(None, plan), out,
+    result = sweep.run_sweep(config, sweep.parse_seeds(f"0-{cells - 1}"), sweep.parse_schedulers(None, plan), out,
                              workers=workers, engine=engine)
     wall = time.perf_counter() - start
+    done.set()
     times = [t - start for t in stamps]
     k = min(workers, len(times) - 1)  # every worker has delivered once after the k-th cell
     steady = (len(times) - k) / (times[-1] - times[k - 1]) * 60
     return {"wall_s": wall, "first_cell_s": times[0], "steady_cells_per_min": steady,
             "wall_cells_per_min": len(times) / wall * 60, "passed": result.passed,
-            "cell_s": statistics.median(r["seconds"] for r in result.rows.values())}
+            "cell_s": statistics.median(r["seconds"] for r in result.rows.values()), "peak_gb": peak[0] / 1024 ** 3}
 
 
 def run(repeats: int = 2) -> Section:
@@ -105,12 +127,64 @@ def run(repeats: int = 2) -> Section:
     return section
 
 
+def run_sd15_sized(model_dir: str = "") -> Section:
+    """Figure 12: 1 and 2 local workers on the SD-1.5-sized folder, one run each."""
+    from bench_scale import model_folder
+
+    folder = model_folder(Path(model_dir or os.path.join(tempfile.gettempdir(), "xrand-sd15-sized")))
+    cells, steps, size = LARGE["cells"], LARGE["steps"], LARGE["size"]
+    section = Section(
+        title="12. `xrand sweep` on a Stable-Diffusion-1.5-sized model: 1 and 2 local workers",
+        method=(
+            f"Sweeps of {cells} cells (seeds 0-{cells - 1}) on bench_scale's SD-1.5-sized random-weight folder (UNet "
+            f"860M, VAE 84M, CLIP 86M parameters), {size}x{size}, Euler ancestral, {steps} steps, batch 1, guidance "
+            "7.5, float32, MindSpore in its default mode for this folder (PyNative), one torch thread per worker; "
+            "each sweep in a fresh process calling `run_sweep` as `xrand sweep` does, 1 worker then 2. Steady rate "
+            "and scaling efficiency as in figure 8. Peak RSS: the sweep process and its workers together, sampled "
+            "every 50 ms."
+        ),
+        columns=["run", "steady cells/min", "wall cells/min", "wall s", "first cell after s", "peak RSS (GB)",
+                 "vs reference"],
+    )
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="xrand-bench-sweep-") as tmp:
+        for name in ("local, 1 worker", "local, 2 workers"):
+            engine, workers = RUNS[name]
+            argv = [str(Path(__file__).resolve()), "--child", engine, str(workers), str(Path(tmp) / f"{workers}"),
+                    folder, str(size), str(steps), str(cells)]
+            try:
+                results[name] = x = run_json(argv, timeout=3600)
+            except RuntimeError as exc:  # killed for memory, say
+                section.rows.append(Row([name, "failed", str(exc)[-200:].replace("\n", " "), "", "", "", ""]))
+                continue
+            cells_row = [name, f"{x['steady_cells_per_min']:.2f}", f"{x['wall_cells_per_min']:.2f}",
+                         f"{x['wall_s']:.0f}", f"{x['first_cell_s']:.0f}", f"{x['peak_gb']:.2f}"]
+            if workers == 2 and "local, 1 worker" in results:
+                eff = x["steady_cells_per_min"] / (2 * results["local, 1 worker"]["steady_cells_per_min"])
+                section.rows.append(Row(cells_row + [f"scaling efficiency {eff:.0%}"],
+                                        target=f"≥ {TARGET_SCALING:.0%}", met=eff >= TARGET_SCALING))
+            else:
+                section.rows.append(Row(cells_row + ["-"]))
+    for name, x in results.items():
+        section.notes.append(f"{name}: a cell (both pipelines, {steps} steps, and the metrics) took {x['cell_s']:.1f} s "
+                             f"of a worker's time (median); every cell passed: {x['passed']}.")
+    return section
+
+
 def _child_main(argv) -> None:
-    engine, workers, out = argv[:3]
-    print(json.dumps(child(engine, int(workers), out)))
+    engine, workers, out, *large = argv
+    if large:
+        model, size, steps, cells = large
+        print(json.dumps(child(engine, int(workers), out, model, int(size), int(steps), int(cells))))
+    else:
+        print(json.dumps(child(engine, int(workers), out)))
 
 
 def main() -> None:
+    if "--sd15-sized" in sys.argv:
+        model_dir = sys.argv[sys.argv.index("--model-dir") + 1] if "--model-dir" in sys.argv else ""
+        print(run_sd15_sized(model_dir).markdown())
+        return
     figure_main(run, __doc__.splitlines()[0], child=_child_main)
 
 

@@ -16,6 +16,8 @@ Figures (one file each, also runnable alone):
  10 bench_scale.py         an SD-1.5-sized model through xrand compare: time and peak memory per stage
                            (only with --only 10: about 20 minutes, a 4.1 GB folder)
  11 bench_precision.py     seconds per step in float32, float16 and bfloat16 (digits, tiny SD), torch vs MindSpore
+ 12 bench_sweep.py         xrand sweep on the SD-1.5-sized model: 1 and 2 local workers, memory
+                           (only with --only 12: about 10 minutes, the 4.1 GB folder of figure 10)
 
 About 5 minutes on 2 cores. Timings interleave the compared calls; each figure records how
 much CPU other processes took meanwhile, so a shared machine shows in the results. With
@@ -49,19 +51,20 @@ FIGURES = {
     9: ("bench_families", {}),
     10: ("bench_scale", {}),
     11: ("bench_precision", {}),
+    12: ("bench_sweep:run_sd15_sized", {}),
 }
-#: Figures run only when --only names them (figure 10: about 20 minutes and a 4.1 GB model folder).
-ON_REQUEST = {10}
+#: Figures run only when --only names them (10 and 12: 20 and 10 minutes, a 4.1 GB model folder).
+ON_REQUEST = {10, 12}
 
 
 def run_figure(number: int) -> Section:
-    module_name, kwargs = FIGURES[number]
-    print(f"figure {number}: {module_name} ...", flush=True)
+    where, kwargs = FIGURES[number]
+    module_name, _, function = where.partition(":")
+    print(f"figure {number}: {where} ...", flush=True)
     share = CpuShare().start()
     start = time.perf_counter()
     try:
-        module = __import__(module_name)
-        section = module.run(**kwargs)
+        section = getattr(__import__(module_name), function or "run")(**kwargs)
     except Exception:
         section = Section(title=f"{number}. {module_name} failed", method="```\n" + traceback.format_exc() + "```",
                           columns=[])
