@@ -188,10 +188,11 @@ class Boundary:
     def attached(self, denoiser: Any, scheduler: Any) -> Iterator["Boundary"]:
         signature = call_signature(self.fw, denoiser)
         original = scheduler.step
+        step_signature = inspect.signature(original)
 
         @functools.wraps(original)  # pipelines inspect step's signature for eta and generator
         def step(*args, **kwargs):
-            return self._step(original, args, kwargs)
+            return self._step(original, step_signature.bind(*args, **kwargs))
 
         scheduler.step = step
         try:
@@ -215,9 +216,8 @@ class Boundary:
             calls[index] = DenoiserCall(self._capture(named_inputs(signature, args, kwargs)), self._capture(output))
         return output
 
-    def _step(self, original: Callable[..., Any], args: tuple, kwargs: Dict[str, Any]) -> Any:
+    def _step(self, original: Callable[..., Any], bound: inspect.BoundArguments) -> Any:
         index = len(self.outputs)
-        bound = inspect.signature(original).bind(*args, **kwargs)
         if self.feed is not None and index < len(self.feed.steps):
             given = self.feed.steps[index]
             bound.arguments["sample"] = self.fw.tensor(given["sample"], self.fw.dtype_of(bound.arguments["sample"]))

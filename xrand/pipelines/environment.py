@@ -1,6 +1,7 @@
 """The environment fingerprint recorded in reports and side files."""
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import sys
@@ -43,7 +44,8 @@ def fingerprint(frameworks: Optional[Iterable[str]] = None) -> Dict[str, Any]:
     return info
 
 
-def _cpu_model() -> str:
+@functools.lru_cache(maxsize=None)
+def _cpu_model() -> str:  # read once: a process stays on its machine
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:

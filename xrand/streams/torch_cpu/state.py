@@ -1,6 +1,7 @@
 """The torch-cpu stream's state: mt19937 seeding, the plain-data state dict, torch's state bytes."""
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import struct
@@ -15,11 +16,18 @@ _STATE_KEYS = ("stream", "seed", "key", "pos", "cached_normal")
 
 
 def seed_key(seed: int) -> np.ndarray:
-    """mt19937 init_genrand of the low 32 bits of ``seed`` (core/MT19937RNGEngine.h)."""
-    key = [check_seed(seed) & 0xFFFFFFFF]
+    """mt19937 init_genrand of the low 32 bits of ``seed`` (core/MT19937RNGEngine.h); read-only."""
+    return _seed_key(check_seed(seed) & 0xFFFFFFFF)
+
+
+@functools.lru_cache(maxsize=256)
+def _seed_key(low: int) -> np.ndarray:  # cached: a pipeline run seeds a few generators, a sweep the same seeds again
+    key = [low]
     for j in range(1, N):
         key.append((1812433253 * (key[-1] ^ (key[-1] >> 30)) + j) & 0xFFFFFFFF)
-    return np.array(key, dtype=np.uint32)
+    out = np.array(key, dtype=np.uint32)
+    out.flags.writeable = False
+    return out
 
 
 # ----------------------------------------------------------------------------- state
