@@ -1,6 +1,6 @@
 """Figure 6: a tiny Stable Diffusion on torch and on MindSpore (CPU), and what compare adds.
 
-    python benchmarks/bench_sd.py [--repeats 3]
+    python benchmarks/bench_sd.py [--repeats 9]
 
 Model: xrand.models.tiny_sd's random-weight StableDiffusionPipeline folder (32x32 images, 16x16
 latents), built in a temporary folder. Batch 1, guidance 7.5 (the UNet sees a batch of 2), fp32.
@@ -80,7 +80,7 @@ def child(model: str, repeats: int) -> dict:
     return {"times": times, "torch_threads": torch.get_num_threads(), "profile": [total, inside]}
 
 
-def run(repeats: int = 3) -> Section:
+def run(repeats: int = 9) -> Section:  # calls of a quarter second: 3 repeats left the median to chance
     section = Section(
         title="6. Tiny Stable Diffusion on torch and on MindSpore (CPU), and the cost of compare",
         method=(f"{__doc__.split(chr(10) + chr(10))[2].strip()} {STEPS} steps per call, seconds per step = "
