@@ -154,8 +154,8 @@ def cmdline(pid):
 
 
 def test_a_ray_sweep_killed_by_sigkill_leaves_no_ray_worker(mindone, tmp_path):
-    """The sweep starts its own local Ray: its worker actors go with it (Ray's dashboard and
-    runtime-env agents are Ray's own and outlive it by more than 10 s: not checked here)."""
+    """The sweep starts its own local Ray: its worker actors go with it. Ray's dashboard and
+    runtime-env agents are Ray's own, idle, and end 61 s later (README): not waited for here."""
     pytest.importorskip("ray")
     out = str(tmp_path / "sweep")
     sweep = subprocess.Popen([sys.executable, "-m", "xrand", "sweep", "--steps", "100", "--batch-size", "4",
