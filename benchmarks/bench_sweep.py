@@ -85,7 +85,7 @@ def child(engine: str, workers: int, out: str, model: str = "", size: int = 0, s
 
 def machine_used() -> int:
     """The machine's memory in use (bytes): MemTotal - MemAvailable, page cache that can be dropped
-    (the weight files' pages that RSS counts in every process mapping them) not included."""
+    (file pages RSS counts in every process that maps them) not included."""
     with open("/proc/meminfo") as f:
         info = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in f}
     return info["MemTotal"] - info["MemAvailable"]
@@ -152,7 +152,7 @@ def run_sd15_sized(model_dir: str = "") -> Section:
             "7.5, float32, MindSpore in its default mode for this folder (PyNative), one torch thread per worker; "
             "each sweep in a fresh process calling `run_sweep` as `xrand sweep` does, 1 worker then 2. Steady rate "
             "and scaling efficiency as in figure 8. Sampled every 50 ms: peak RSS of the sweep process and its workers "
-            "together (pages of a weight file mapped by both frameworks count twice) and the peak rise of the "
+            "together (a shared or file-mapped page counts once in every process that maps it) and the peak rise of the "
             "machine's memory in use (MemTotal - MemAvailable) over its value before the sweep."
         ),
         columns=["run", "steady cells/min", "wall cells/min", "wall s", "first cell after s", "peak RSS (GB)",
