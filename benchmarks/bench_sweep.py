@@ -33,12 +33,15 @@ TARGET_RAY_OVERHEAD = 0.10
 RUNS = {"local, 1 worker": ("local", 1), "local, 2 workers": ("local", 2), "ray, 2 workers": ("ray", 2)}
 # Figure 12: the SD-1.5-sized folder (bench_scale's), 256x256, Euler ancestral, batch 1
 LARGE = {"cells": 6, "steps": 2, "size": 256}
+# Its memory samples: each walks /proc for the workers' threads, and a cell lasts about 40 s
+SAMPLE_S = 0.5
 
 
 def child(engine: str, workers: int, out: str, model: str = "", size: int = 0, steps: int = STEPS,
           cells: int = CELLS) -> dict:
-    """Runs in a fresh process: one sweep, the moment each cell was written, and the peak resident
-    memory of this process and its workers (sampled every 50 ms)."""
+    """Runs in a fresh process: one sweep, the moment each cell was written, and with a ``model``
+    (figure 12) the peak memory of this process and its workers, sampled every SAMPLE_S seconds
+    (not in figure 8: the sampling thread would take CPU from its workers)."""
     from xrand import sweep
     from xrand.cli import default_model
     from xrand.compare import make_plan
@@ -57,12 +60,12 @@ def child(engine: str, workers: int, out: str, model: str = "", size: int = 0, s
     before = machine_used()
 
     def sample() -> None:
-        while not done.wait(0.05):
+        while not done.wait(SAMPLE_S):
             peak[0] = max(peak[0], tree_rss(os.getpid()))
             used[0] = max(used[0], machine_used() - before)
 
-    threading.Thread(target=sample, daemon=True).start()
     if model:
+        threading.Thread(target=sample, daemon=True).start()
         settings = Settings(model=model, steps=steps, batch_size=1, prompt="a red circle on a blue square",
                             height=size, width=size, scheduler="euler-a")
     else:
@@ -151,9 +154,9 @@ def run_sd15_sized(model_dir: str = "") -> Section:
             f"860M, VAE 84M, CLIP 86M parameters), {size}x{size}, Euler ancestral, {steps} steps, batch 1, guidance "
             "7.5, float32, MindSpore in its default mode for this folder (PyNative), one torch thread per worker; "
             "each sweep in a fresh process calling `run_sweep` as `xrand sweep` does, 1 worker then 2. Steady rate "
-            "and scaling efficiency as in figure 8. Sampled every 50 ms: peak RSS of the sweep process and its workers "
-            "together (a shared or file-mapped page counts once in every process that maps it) and the peak rise of the "
-            "machine's memory in use (MemTotal - MemAvailable) over its value before the sweep."
+            f"and scaling efficiency as in figure 8. Sampled every {SAMPLE_S:g} s: peak RSS of the sweep process and "
+            "its workers together (a shared or file-mapped page counts once in every process that maps it) and the "
+            "peak rise of the machine's memory in use (MemTotal - MemAvailable) over its value before the sweep."
         ),
         columns=["run", "steady cells/min", "wall cells/min", "wall s", "first cell after s", "peak RSS (GB)",
                  "machine memory rise (GB)", "vs reference"],
@@ -170,7 +173,8 @@ def run_sd15_sized(model_dir: str = "") -> Section:
                 section.rows.append(Row([name, "failed", str(exc)[-200:].replace("\n", " "), "", "", "", "", ""]))
                 continue
             cells_row = [name, f"{x['steady_cells_per_min']:.2f}", f"{x['wall_cells_per_min']:.2f}",
-                         f"{x['wall_s']:.0f}", f"{x['first_cell_s']:.0f}", f"{x['peak_gb']:.2f}", f"{x['machine_gb']:.2f}"]
+                         f"{x['wall_s']:.0f}", f"{x['first_cell_s']:.0f}", f"{x['peak_gb']:.2f}",
+                         f"{x['machine_gb']:.2f}"]
             if workers == 2 and "local, 1 worker" in results:
                 eff = x["steady_cells_per_min"] / (2 * results["local, 1 worker"]["steady_cells_per_min"])
                 section.rows.append(Row(cells_row + [f"scaling efficiency {eff:.0%}"],
@@ -178,8 +182,8 @@ def run_sd15_sized(model_dir: str = "") -> Section:
             else:
                 section.rows.append(Row(cells_row + ["-"]))
     for name, x in results.items():
-        section.notes.append(f"{name}: a cell (both pipelines, {steps} steps, and the metrics) took {x['cell_s']:.1f} s "
-                             f"of a worker's time (median); every cell passed: {x['passed']}.")
+        section.notes.append(f"{name}: a cell (both pipelines, {steps} steps, and the metrics) took "
+                             f"{x['cell_s']:.1f} s of a worker's time (median); every cell passed: {x['passed']}.")
     if len(results) == 2:
         alone, together = (results[name]["cell_s"] for name in ("local, 1 worker", "local, 2 workers"))
         section.notes.append(
