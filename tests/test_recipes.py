@@ -145,11 +145,13 @@ def test_lockstep_for_any_scheduler(tiny_pair, tiny_model, name, options, draws)
 def test_the_reference_run_records_each_denoiser_call_and_step_and_lockstep_feeds_them(tiny_pair, tiny_model):
     p = plan(tiny_model, scheduler="lms")
     side = run(tiny_pair.torch, p, record_calls=Everything(), record_steps=True)
-    calls, steps = side.recording.calls, side.recording.steps
-    assert len(calls) == len(steps) == 2
-    assert set(calls[0].inputs) == {"sample", "timestep", "return_dict"}  # by parameter name
-    assert calls[1].inputs["sample"].array.shape == (1, 1, 8, 8) and calls[1].inputs["sample"].dtype == "float32"
-    assert float(calls[1].inputs["timestep"].array) == side.timesteps[1]
+    recording = side.recording
+    assert len(recording.calls) == len(recording.steps) == 2
+    calls = [recording.call(0), recording.call(1)]
+    steps = [recording.step(0), recording.step(1)]
+    assert set(calls[0]) == {"sample", "timestep", "return_dict"}  # by parameter name
+    assert calls[1]["sample"].array.shape == (1, 1, 8, 8) and calls[1]["sample"].dtype == "float32"
+    assert float(calls[1]["timestep"].array) == side.timesteps[1]
     np.testing.assert_array_equal(steps[1]["sample"], side.states[0])
     np.testing.assert_array_equal(steps[1]["prev_sample"], side.states[1])
     # torch fed its own recording reproduces itself exactly; MindSpore fed it stays local

@@ -18,7 +18,9 @@ from .files import check_out_file, check_out_folder
 
 def default_model() -> str:
     """The digits model shipped inside the package (trained by scripts/train_digits.py)."""
-    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "models", "digits")
+    from .models import DIGITS
+
+    return DIGITS
 
 
 def import_frameworks(names: List[str]) -> None:
@@ -115,31 +117,113 @@ def cmd_compare(args) -> int:
 
         if args.tolerance is not None:
             check_tolerance(args.tolerance)
+        for flag, asked in (("--lockstep", args.lockstep), ("--layers", args.layers)):
+            if asked:
+                raise UsageError(f"{flag} needs torch's records, which side files do not carry; on two machines run "
+                                 f"'xrand compare --only torch {flag} --out DIR' and then "
+                                 "'xrand compare --only mindspore --out DIR'")
         a, b = (load_side(path) for path in args.files)
-        if args.lockstep:
-            raise UsageError("--lockstep needs both frameworks in one process; it cannot work from side files")
-        if args.layers:
-            raise UsageError("--layers needs both frameworks in one process; it cannot work from side files")
         comparison = compare_sides(a, b, args.tolerance)
     elif (args.scheduler or "").lower() == "all":
         return _compare_matrix(args, out_dir)
     else:
-        from .compare.staged import compare_in_stages
-
-        plan = _plan(args, layers=_layer_options(args))
-        _say(args, f"xrand: comparing diffusers (torch) and mindone.diffusers (MindSpore) on {plan.folder.path}")
-        import_frameworks(["torch", "mindspore"])
-
-        def on_stage(comparison, missing):  # each stage's report as soon as it exists
-            write_report(comparison, out_dir)
-            if missing:
-                _say(args, f"xrand: report of {', '.join(comparison.stages['done'])} in {out_dir}/; "
-                           f"next: {', '.join(missing)}")
-
-        comparison = compare_in_stages(plan, out_dir, on_stage, quiet=args.quiet, say=lambda text: _say(args, text))
+        return _compare_in_stages(args, out_dir)
     paths = write_report(comparison, out_dir)
     verdict = [comparison.verdict()] + ([] if comparison.layers is None else [comparison.layers.summary()])
     return _finish(args, comparison.passed, verdict, "report and pictures", out_dir, paths)
+
+
+#: compare's options that are not settings of the comparison: a folder that holds a comparison
+#: takes every setting from its manifest when none but these is given
+_NOT_SETTINGS = {"--out", "--only", "--model", "--quiet", "--device", "--mindspore-mode"}
+#: what each framework's stages need installed
+_INSTALLED = {"torch": ("torch", "diffusers"), "mindspore": ("mindspore", "mindone")}
+
+
+def _frameworks_here(only: Optional[str]) -> List[str]:
+    """The frameworks whose stages run in this process: ``--only``'s, else those installed."""
+    import importlib.util
+
+    def installed(name: str) -> bool:
+        return all(importlib.util.find_spec(package) is not None for package in _INSTALLED[name])
+
+    if only is not None:
+        if not installed(only):
+            raise UsageError(f"--only {only}: {' and '.join(_INSTALLED[only])} must be installed here for its stages "
+                             f"(pip install 'xrand[{only}{',diffusers' if only == 'torch' else ''}]')")
+        return [only]
+    return [name for name in _INSTALLED if installed(name)]
+
+
+def _compare_in_stages(args, out_dir: str) -> int:
+    """``xrand compare`` on a model: the stages this machine runs (``--only``: one framework's),
+    each kept in ``out_dir`` as it ends, the report after each; what is left for another machine
+    is said with its command."""
+    from .compare.stages import (Asks, Loading, Store, framework_of, plan_from_manifest, read_manifest, report_store,
+                                  run_stages)
+    from .report.compare import write_report
+
+    frameworks = _frameworks_here(args.only)
+    manifest = read_manifest(out_dir)
+    given = sorted(flag for flag in args.given if flag not in _NOT_SETTINGS)
+    if manifest is not None and not given:  # every setting from the folder
+        if not frameworks:
+            store = report_store(out_dir, manifest)
+        else:
+            plan = plan_from_manifest(manifest, frameworks, model=args.model, devices=_devices(args.device),
+                                      mindspore_mode=args.mindspore_mode, default_model=default_model())
+            store = Store(plan, Asks.from_dict(manifest["asks"]), out_dir)
+    else:
+        if not frameworks:
+            raise UsageError("neither torch with diffusers nor MindSpore with mindone is installed here; install one "
+                             "(pip install 'xrand[all]'), or give --out a folder that holds a comparison to report")
+        floor = not args.no_noise_floor and args.noise != "native"
+        plan = _plan(args, frameworks=frameworks, layers=_layer_options(args),
+                     noise_floor=floor and "torch" in frameworks)
+        store = Store(plan, Asks(plan.lockstep, plan.layers, floor), out_dir)
+    if frameworks:
+        what = " and ".join({"torch": "diffusers (torch)", "mindspore": "mindone.diffusers (MindSpore)"}[fw]
+                            for fw in frameworks)
+        _say(args, f"xrand: {what} on {store.plan.folder.path}")
+        import_frameworks(frameworks)
+
+    def on_stage(outcome):  # each stage's report as soon as it exists
+        if outcome.comparison is not None:
+            write_report(outcome.comparison, out_dir)
+        left = [s for s in outcome.missing if s in here]
+        if left:
+            _say(args, f"xrand: {', '.join(outcome.done)} kept in {out_dir}/; next: {', '.join(left)}")
+
+    here = [s for s in store.asks.stages() if framework_of(s) in frameworks]
+    outcome = run_stages(store, Loading(store.plan, quiet=args.quiet) if frameworks else None, frameworks, on_stage,
+                         say=lambda text: _say(args, text))
+    comparison = outcome.comparison
+    paths = write_report(comparison, out_dir) if comparison is not None else {}
+    if outcome.missing:
+        return _incomplete(args, outcome, out_dir)
+    verdict = [comparison.verdict()] + ([] if comparison.layers is None else [comparison.layers.summary()])
+    return _finish(args, comparison.passed, verdict, "report and pictures", out_dir, paths)
+
+
+def _incomplete(args, outcome, out_dir: str) -> int:
+    """Stages are left for another machine: say which, how large the folder is, and the command."""
+    from .compare.stages import framework_of
+
+    others = sorted({framework_of(s) for s in outcome.missing})
+    megabytes = sum(outcome.bytes.values()) / 1e6
+    commands = [f"xrand compare --only {fw} --out {out_dir}" + (" --model PATH" if fw == "mindspore" else "")
+                for fw in others]
+    if args.quiet:
+        print(json.dumps({"verdict": "incomplete", "done": outcome.done, "missing": outcome.missing,
+                          "next": commands, "out": out_dir}))
+        return 0
+    print(f"xrand: done: {', '.join(outcome.done) or 'nothing'} ({megabytes:.1f} MB in {out_dir}/); still to run: "
+          f"{', '.join(outcome.missing)}")
+    for fw, command in zip(others, commands):
+        print(f"xrand: on a machine with {' and '.join(_INSTALLED[fw])} (copy {out_dir}/ there): {command}")
+    if outcome.comparison is not None:
+        print(f"xrand: the report so far: {out_dir}/report.html")
+    return 0
 
 
 def _finish(args, passed: bool, verdict: List[str], what: str, out_dir: str, paths: Dict[str, str]) -> int:
@@ -157,15 +241,16 @@ def _layer_options(args):
     from .compare.layers import LayerOptions
 
     names = [n for value in args.layers_module or [] for n in value.split(",") if n]
+    scope = [n for value in args.layers_scope or [] for n in value.split(",") if n]
     if not args.layers:
         given = [flag for flag, value in (("--layers-step", args.layers_step), ("--layer-tolerance",
-                 args.layer_tolerance), ("--layers-dump", args.layers_dump), ("--layers-module", names or None))
-                 if value is not None]
+                 args.layer_tolerance), ("--layers-dump", args.layers_dump), ("--layers-module", names or None),
+                 ("--layers-scope", scope or None)) if value is not None]
         if given:
             raise UsageError(f"{given[0]} needs --layers")
         return None
     return LayerOptions(step=0 if args.layers_step is None else args.layers_step, threshold=args.layer_tolerance,
-                        dump=names, dump_dir=args.layers_dump)
+                        dump=names, dump_dir=args.layers_dump, scope=scope)
 
 
 def _compare_matrix(args, out_dir: str) -> int:
@@ -426,6 +511,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--layers-dump", metavar="DIR", help="write the named modules' input and output tensors here")
     p.add_argument("--layers-module", action="append", metavar="NAME",
                    help="a module to dump, e.g. down_blocks.0.resnets.0.conv1 (repeatable or comma-separated)")
+    p.add_argument("--layers-scope", action="append", metavar="PREFIX",
+                   help="record and compare only the modules under PREFIX, e.g. down_blocks.1 (repeatable; default: "
+                        "every module); a real-sized model's full record is large")
+    p.add_argument("--only", choices=list(_INSTALLED),
+                   help="run only this framework's stages into --out and stop (two machines: --only torch on the "
+                        "torch one, copy --out, then --only mindspore there, which takes every setting from --out)")
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("run", help="run one framework's side and save it for 'xrand compare A B'")
@@ -458,7 +549,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
+    args.given = {a.split("=", 1)[0] for a in argv if a.startswith("--")}  # the options given, by name
     if args.command is None:
         parser.print_help()
         return 2

@@ -22,32 +22,52 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-from dataclasses import dataclass, field
 from typing import Any, Callable, Container, Dict, Iterator, List, Mapping, Optional
 
 import numpy as np
 
 from .metrics import metrics
+from .records import RecordReader, RecordWriter
 from .trees import Capture, Captured, arrays, convertible, leaves, restore
 
 
-@dataclass
-class DenoiserCall:
-    """One call of the reference denoiser: its inputs by parameter name and its output, captured."""
-
-    inputs: Dict[str, Any]
-    output: Any = None
-
-
-@dataclass
 class Recording:
-    """What the reference side's denoiser and scheduler saw and gave, call by call.
+    """What the reference side's denoiser and scheduler saw and gave, call by call, kept in a
+    record (:mod:`.records`: in memory, or in the comparison folder as it is made).
 
-    ``calls[i]``: the i-th denoiser call (None where it was not kept); ``steps[j]``: the j-th
-    ``step`` call's ``model_output`` and ``sample`` inputs (float32 arrays)."""
+    :meth:`call` ``(i)``: the inputs of the i-th denoiser call by parameter name (None where it was
+    not kept); :meth:`step` ``(j)``: the j-th ``step`` call's ``model_output``, ``sample`` and
+    ``prev_sample`` (float32 arrays)."""
 
-    calls: List[Optional[DenoiserCall]] = field(default_factory=list)
-    steps: List[Dict[str, np.ndarray]] = field(default_factory=list)
+    def __init__(self, writer: Optional[RecordWriter] = None, reader: Optional[RecordReader] = None) -> None:
+        self.writer, self.reader = writer, reader
+        tree = reader.tree if reader is not None else {"calls": [], "steps": []}
+        self.calls: List[Any] = tree["calls"]
+        self.steps: List[Dict[str, Any]] = tree["steps"]
+
+    def add_call(self, index: int, inputs: Dict[str, Any]) -> None:
+        self.calls.extend([None] * (index + 1 - len(self.calls)))
+        self.calls[index] = self.writer.encode(inputs)
+
+    def add_step(self, **arrays: np.ndarray) -> None:
+        self.steps.append({name: self.writer.encode(a) for name, a in arrays.items()})
+
+    def add_prev_sample(self, prev: np.ndarray) -> None:
+        self.steps[-1]["prev_sample"] = self.writer.encode(prev)
+
+    def close(self) -> Dict[str, Any]:
+        """Done recording: write what is left (a folder's record); the files written."""
+        files = self.writer.close({"calls": self.calls, "steps": self.steps})
+        self.reader = RecordReader.of(self.writer) if self.writer.folder is None else \
+            RecordReader.open(self.writer.folder, self.writer.name, files, "torch")
+        return files
+
+    def call(self, index: int) -> Optional[Dict[str, Any]]:
+        given = self.calls[index] if index < len(self.calls) else None
+        return None if given is None else self.reader.decode(given)
+
+    def step(self, index: int) -> Dict[str, np.ndarray]:
+        return {name: self.reader.decode(v) for name, v in self.steps[index].items()}
 
 
 def call_signature(fw: Any, module: Any) -> inspect.Signature:
@@ -166,7 +186,8 @@ class Boundary:
 
     def __init__(self, fw: Any, step_options: Dict[str, Any], generator: Any,
                  record_calls: Optional[Container[int]] = None, record_steps: bool = False,
-                 feed: Optional[Recording] = None, add_generator: bool = True) -> None:
+                 feed: Optional[Recording] = None, add_generator: bool = True,
+                 record: Optional[RecordWriter] = None) -> None:
         self.fw = fw
         self.step_options = dict(step_options)
         self.generator = generator
@@ -177,7 +198,8 @@ class Boundary:
         self.drawn_before_steps = 0
         self.outputs: List[np.ndarray] = []
         self.timesteps: List[float] = []
-        self.recording = Recording() if record_calls is not None or record_steps else None
+        recording = record_calls is not None or record_steps
+        self.recording = Recording(record or RecordWriter("run")) if recording else None
         self.local: List[Dict[str, Any]] = []  # fed: per step, the local error of its model output and sample
         self.generator_added = False  # whether step() got the generator from here (the pipeline passed none)
         self.add_generator = add_generator  # False: step() gets what the pipeline passes (--noise native)
@@ -205,29 +227,25 @@ class Boundary:
                  kwargs: Dict[str, Any]) -> Any:
         index, self._calls = self._calls, self._calls + 1
         if self.feed is not None:
-            given = self.feed.calls[index] if index < len(self.feed.calls) else None
-            if given is None or not convertible(given.inputs):
+            given = self.feed.call(index)
+            if given is None or not convertible(given):
                 raise RuntimeError(f"lockstep: the reference side recorded no usable denoiser call {index}")
-            args, kwargs = fed_call(signature, args, kwargs, given.inputs, self.fw)
-        output = call(*args, **kwargs)
+            args, kwargs = fed_call(signature, args, kwargs, given, self.fw)
         if self.record_calls is not None and index in self.record_calls:
-            calls = self.recording.calls
-            calls.extend([None] * (index + 1 - len(calls)))
-            calls[index] = DenoiserCall(self._capture(named_inputs(signature, args, kwargs)), self._capture(output))
-        return output
+            self.recording.add_call(index, self._capture(named_inputs(signature, args, kwargs)))
+        return call(*args, **kwargs)
 
     def _step(self, original: Callable[..., Any], bound: inspect.BoundArguments) -> Any:
         index = len(self.outputs)
-        if self.feed is not None and index < len(self.feed.steps):
-            given = self.feed.steps[index]
+        given = self.feed.step(index) if self.feed is not None and index < len(self.feed.steps) else None
+        if given is not None:
             bound.arguments["sample"] = self.fw.tensor(given["sample"], self.fw.dtype_of(bound.arguments["sample"]))
         sample, model_output = bound.arguments["sample"], bound.arguments["model_output"]
         if self.first_input is None:
             self.first_input = self.fw.to_numpy(sample)
             self.drawn_before_steps = getattr(self.generator, "drawn", 0)
         if self.record_steps:
-            self.recording.steps.append({"model_output": self.fw.to_numpy(model_output),
-                                         "sample": self.fw.to_numpy(sample)})
+            self.recording.add_step(model_output=self.fw.to_numpy(model_output), sample=self.fw.to_numpy(sample))
         bound.arguments.update(self.step_options)  # step_options are keys of step's signature
         if self.add_generator and "generator" in bound.signature.parameters \
                 and bound.arguments.get("generator") is None:
@@ -237,14 +255,13 @@ class Boundary:
         prev = out.prev_sample if hasattr(out, "prev_sample") else out[0]
         self.outputs.append(self.fw.to_numpy(prev))
         self.timesteps.append(float(bound.arguments["timestep"]))
-        if self.feed is not None and index < len(self.feed.steps):
-            given = self.feed.steps[index]
+        if given is not None:
             self.local.append({"timestep": self.timesteps[-1],
                                "model_output": metrics(given["model_output"], self.fw.to_numpy(model_output)),
                                "sample": metrics(given["prev_sample"], self.outputs[-1])})
         elif self.record_steps:
-            self.recording.steps[-1]["prev_sample"] = self.outputs[-1]
+            self.recording.add_prev_sample(self.outputs[-1])
         return out
 
 
-__all__ = ["Boundary", "Captured", "DenoiserCall", "Recording", "arrays", "as_call", "intercepted", "named_inputs"]
+__all__ = ["Boundary", "Captured", "Recording", "arrays", "as_call", "intercepted", "named_inputs"]

@@ -35,6 +35,7 @@ from ..pipelines.widen import widened_per_call
 from ..registry import backend
 from .boundary import as_call, call_signature
 from .metrics import Errors, module_metrics
+from .records import RecordReader, RecordWriter
 from .trees import Capture, Captured, arrays, convertible, leaves, map_leaves, named_leaves, restore
 
 #: The layer threshold, by default, is this many times the denoiser's measured noise floor.
@@ -94,6 +95,7 @@ class LayerReport:
     rule: str = "local_rel_l2 > threshold"
     use_floors: bool = False  # each call's limit is at least LAYER_FLOOR_MULTIPLE x its own torch floor
     dtype: str = "float32"  # the denoiser's dtype on both sides: each floor is torch in it vs float64
+    scope: List[str] = field(default_factory=list)  # module prefixes compared (--layers-scope); empty: all
 
     @property
     def over(self) -> List[ModuleDiff]:
@@ -110,7 +112,7 @@ class LayerReport:
         return {"step": self.step, "timestep": self.timestep, "threshold": self.threshold, "culprit": self.culprit,
                 "over": [m.label for m in self.over], "worst": worst.label if worst else None,
                 "rule": self.rule, "use_floors": self.use_floors, "dtype": self.dtype, "floor": self.floor,
-                "unmatched": self.unmatched,
+                "unmatched": self.unmatched, "scope": self.scope,
                 "seconds": self.seconds, "modules": [m.to_dict() for m in self.modules]}
 
     @classmethod
@@ -129,7 +131,8 @@ class LayerReport:
         return cls(threshold=float(data["threshold"]), modules=modules, culprit=data["culprit"],
                    unmatched=dict(data["unmatched"]), floor=data["floor"], step=data["step"],
                    timestep=number(data["timestep"]), seconds=float(data["seconds"]), rule=data["rule"],
-                   use_floors=bool(data["use_floors"]), dtype=data.get("dtype", "float32"))
+                   use_floors=bool(data["use_floors"]), dtype=data.get("dtype", "float32"),
+                   scope=list(data.get("scope") or []))
 
     def summary(self) -> str:
         """The console's lines: the culprit (the first call over its limit whose submodules stay
@@ -244,25 +247,82 @@ def _safe_file_name(name: str) -> str:
 
 # ----------------------------------------------------------------------------- the comparison
 
-@dataclass
 class _Call:
-    name: str
-    type: str
-    call: int
-    args: Any = None
-    kwargs: Any = None
-    outputs: List[np.ndarray] = field(default_factory=list)
-    nested: int = 0
-    ms_global: Optional[Dict[str, float]] = None
-    ms_metrics: Dict[str, float] = field(default_factory=dict)
-    ms_local: Optional[Dict[str, float]] = None
-    ms_local_inputs: float = 0.0  # largest error in the inputs this call's own operations gave its submodules
+    """One submodule call as torch recorded it (its inputs and outputs read from the record when
+    asked for), and what MindSpore made of it."""
+
+    def __init__(self, recorded: Mapping[str, Any], reader: RecordReader, floor: Optional[float] = None) -> None:
+        self.name, self.type, self.call, self.nested = (recorded[k] for k in ("name", "type", "call", "nested"))
+        self.recorded, self.reader, self.floor = recorded, reader, floor
+        self.ms_global: Optional[Dict[str, float]] = None
+        self.ms_metrics: Dict[str, float] = {}
+        self.ms_local: Optional[Dict[str, float]] = None
+        self.ms_local_inputs = 0.0  # largest error in the inputs this call's own operations gave its submodules
+
+    @property
+    def args(self) -> Any:
+        return self.reader.decode(self.recorded["args"])
+
+    @property
+    def kwargs(self) -> Any:
+        return self.reader.decode(self.recorded["kwargs"])
+
+    @property
+    def outputs(self) -> List[np.ndarray]:
+        return self.reader.decode(self.recorded["outputs"])
+
+
+def in_scope(name: str, scope: Sequence[str]) -> bool:
+    """Whether module ``name`` is recorded under ``--layers-scope`` (the denoiser itself always is)."""
+    return not scope or name == "" or any(name == p or name.startswith(p + ".") for p in scope)
+
+
+def check_scope(names: Iterable[str], scope: Sequence[str], what: str) -> None:
+    """Each prefix names a module among ``names``; else UsageError naming it and close names."""
+    known = [n for n in names if n]
+    for prefix in scope:
+        if prefix not in known:
+            close = difflib.get_close_matches(prefix, known, n=3)
+            raise UsageError(f"--layers-scope {prefix!r} is not a module of the {what}; accepted: qualified "
+                             f"submodule names such as {known[0]!r}" + (f"; did you mean {', '.join(close)}?"
+                                                                        if close else ""))
+
+
+@dataclass
+class TorchLayers:
+    """Torch's part of ``--layers``: every submodule call's inputs and outputs in a record, and
+    (``floors``) each call's own error in the run's dtype against float64, in call order."""
+
+    reader: RecordReader
+    meta: Dict[str, Any]  # what the MindSpore part reads beside the record: dtype, module, scope, floors
+    files: Dict[str, Any] = field(default_factory=dict)
+
+
+def torch_layers(torch_module: Any, args: Sequence[Any], kwargs: Optional[Mapping[str, Any]] = None, *,
+                 floors: bool = True, scope: Sequence[str] = (), writer: Optional[RecordWriter] = None,
+                 ) -> TorchLayers:
+    """1. torch: every submodule call (under ``scope``) recorded with its inputs and outputs, in
+    execution order; with ``floors``, the same call once more in float64 (:func:`_torch_floors`).
+    ``writer``: where the record goes (a comparison folder's, or memory)."""
+    scope = list(scope)
+    if scope:
+        check_scope((n for n, _ in torch_module.named_modules()), scope, type(torch_module).__name__)
+    writer = writer or RecordWriter("layers")
+    kwargs = dict(kwargs or {})
+    calls = _torch_calls(torch_module, args, kwargs, writer, scope)
+    files = writer.close({"calls": calls})
+    reader = RecordReader.of(writer) if writer.folder is None else \
+        RecordReader.open(writer.folder, writer.name, files, "torch layers")
+    param = next(torch_module.parameters())
+    meta = {"dtype": _dtype_name(param.dtype), "module": type(torch_module).__name__, "scope": scope,
+            "floors": _torch_floors(torch_module, args, kwargs, calls, reader) if floors else None}
+    return TorchLayers(reader, meta, files)
 
 
 def layer_diff(torch_module: Any, ms_cell: Any, args: Sequence[Any], kwargs: Optional[Mapping[str, Any]] = None, *,
                threshold: Optional[float] = None,
                dump: Sequence[str] = (), dump_dir: Optional[str] = None,
-               step: Optional[int] = None, timestep: Optional[float] = None) -> LayerReport:
+               step: Optional[int] = None, timestep: Optional[float] = None, scope: Sequence[str] = ()) -> LayerReport:
     """Compare every submodule call of ``torch_module`` and ``ms_cell`` on one set of inputs.
 
     ``args``/``kwargs``: the denoiser call's inputs as NumPy arrays, :class:`.trees.Captured`
@@ -273,34 +333,54 @@ def layer_diff(torch_module: Any, ms_cell: Any, args: Sequence[Any], kwargs: Opt
     submodule call) and judges each call by :data:`LAYER_FLOOR_MULTIPLE` times the larger of the
     denoiser's floor and its own (:func:`find_culprit`). ``dump``: module names whose input and
     output tensors go to ``dump_dir`` as safetensors (both sides; MindSpore's ``local_output``
-    too). ``step``/``timestep`` are only recorded. MindSpore runs in PyNative mode here (Cell hooks).
-    ``ms_cell`` may be a function returning the cell, called once torch's passes are done (a
-    caller can then drop torch's weights first: only the captured values are needed after them).
+    too). ``scope``: module name prefixes; only the modules under them (and the denoiser) are
+    recorded and compared. ``step``/``timestep`` are only recorded. MindSpore runs in PyNative
+    mode here (Cell hooks). ``ms_cell`` may be a function returning the cell, called once torch's
+    passes are done (a caller can then drop torch's weights first: only the record is needed).
     """
     if threshold is not None:
         threshold = check_threshold(threshold)
-    kwargs = dict(kwargs or {})
     dump = check_module_names(torch_module, dump) if dump else []
     if dump:
         if dump_dir is None:
             raise UsageError("dump names modules but dump_dir is None; pass the folder to write them to")
         check_dump_dir(dump_dir)
     start = time.perf_counter()
-    calls = _torch_calls(torch_module, args, kwargs)
-    index = {(c.name, c.call): c for c in calls}
-    errors = Errors()
-    use_floors = threshold is None
     # Torch's float64 pass (the floor) right after its pass in the run's dtype, before MindSpore runs, so
     # that torch's thread pool does not start while MindSpore's may still hold the cores.
-    floors = _torch_floors(torch_module, args, kwargs, index, errors) if use_floors else {}
-    dtype = _dtype_name(next(torch_module.parameters()).dtype)
-    floor_how = f"torch {dtype} vs torch float64 on one {type(torch_module).__name__} call, same inputs"
+    recorded = torch_layers(torch_module, args, kwargs, floors=threshold is None, scope=scope)
     if not hasattr(ms_cell, "cells_and_names"):  # a function making it, now that torch's passes are done
         ms_cell = ms_cell()
-    cells = dict(ms_cell.cells_and_names())
+    report = mindspore_layers(recorded.reader, recorded.meta, ms_cell, threshold=threshold, dump=dump,
+                              dump_dir=dump_dir, step=step, timestep=timestep)
+    report.seconds = time.perf_counter() - start
+    return report
+
+
+def mindspore_layers(reader: RecordReader, meta: Mapping[str, Any], ms_cell: Any, *,
+                     threshold: Optional[float] = None, dump: Sequence[str] = (), dump_dir: Optional[str] = None,
+                     step: Optional[int] = None, timestep: Optional[float] = None) -> LayerReport:
+    """2. and 3.: MindSpore's passes over torch's record (:func:`torch_layers`), judged: the
+    culprit, every call over its limit, the unmatched names (see :func:`layer_diff`)."""
+    start = time.perf_counter()
+    scope = meta.get("scope") or []
+    floors = meta.get("floors")
+    use_floors = threshold is None
+    if use_floors and floors is None:
+        raise UsageError("the torch layers record has no floors (made with a --layer-tolerance): give one, or "
+                         "run torch's layers stage again without it")
+    calls = [_Call(c, reader, None if floors is None else floors[i]) for i, c in enumerate(reader.tree["calls"])]
+    missing = [name for name in dump if name not in {c.name for c in calls}]
+    if missing:
+        raise UsageError(f"--layers-module {missing[0]!r} is not among the modules torch's layers record holds "
+                         f"({len(calls)} calls); accepted: a module under --layers-scope {scope or 'everything'}")
+    index = {(c.name, c.call): c for c in calls}
+    root_args, root_kwargs = calls[0].args, calls[0].kwargs  # the denoiser's own call, as torch made it
+    cells = {name: cell for name, cell in ms_cell.cells_and_names() if in_scope(name, scope)}
+    errors = Errors()
     dumps: Dict[str, List[Tuple[str, np.ndarray]]] = {}
-    ms_called = _ms_as_run(ms_cell, cells, index, errors, args, kwargs, set(dump), dumps)
-    _ms_fed(ms_cell, cells, index, errors, args, kwargs, set(dump), dumps)
+    ms_called = _ms_as_run(ms_cell, cells, index, errors, root_args, root_kwargs, set(dump), dumps)
+    _ms_fed(ms_cell, cells, index, errors, root_args, root_kwargs, set(dump), dumps)
 
     rows = []
     for c in calls:
@@ -308,11 +388,12 @@ def layer_diff(torch_module: Any, ms_cell: Any, args: Sequence[Any], kwargs: Opt
         if local is not None:
             local = dict(local, rel_l2=max(local["rel_l2"], c.ms_local_inputs))
         rows.append(ModuleDiff(c.name, c.type, c.call, g and g["rel_l2"], local and local["rel_l2"],
-                               g and g["max_abs"], c.nested, floors.get((c.name, c.call)), msprobe=c.ms_metrics))
+                               g and g["max_abs"], c.nested, c.floor, msprobe=c.ms_metrics))
     floor_info = None
     if use_floors:
         root = rows[0]
-        floor_info = {"rel_l2": root.floor_rel_l2, "how": floor_how}
+        floor_info = {"rel_l2": root.floor_rel_l2,
+                      "how": f"torch {meta['dtype']} vs torch float64 on one {meta['module']} call, same inputs"}
         threshold = LAYER_FLOOR_MULTIPLE * (root.floor_rel_l2 or 0.0)
         if threshold == 0:  # torch came out exact: any difference is over it
             threshold = float(np.finfo(np.float32).tiny)
@@ -330,31 +411,37 @@ def layer_diff(torch_module: Any, ms_cell: Any, args: Sequence[Any], kwargs: Opt
     return LayerReport(threshold=threshold, modules=rows, culprit=culprit.label if culprit else None,
                        unmatched=unmatched, floor=floor_info, step=step, timestep=timestep,
                        seconds=time.perf_counter() - start, dumped=list(dump), rule=rule,
-                       use_floors=use_floors, dtype=dtype)
+                       use_floors=use_floors, dtype=meta["dtype"], scope=list(scope))
 
 
-def _torch_calls(torch_module: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> List[_Call]:
-    """1. torch: every submodule call's inputs and outputs, captured in execution order (pre-order)."""
+def _torch_calls(torch_module: Any, args: Sequence[Any], kwargs: Mapping[str, Any], writer: RecordWriter,
+                 scope: Sequence[str]) -> List[Dict[str, Any]]:
+    """torch: every submodule call's inputs and outputs (under ``scope``), stored by ``writer`` as
+    they are made, in execution order (pre-order)."""
     import torch
 
     pt = framework("torch")
     param = next(torch_module.parameters())
     capture = Capture(pt)
-    calls: List[_Call] = []
+    calls: List[Dict[str, Any]] = []
     stack: List[int] = []
     counts: Dict[str, int] = {}
     handles = []
     for name, module in torch_module.named_modules():
+        if not in_scope(name, scope):
+            continue
+
         def pre(module, a, kw, name=name):
             k = counts.get(name, 0)
             counts[name] = k + 1
-            calls.append(_Call(name, type(module).__name__, k, capture(a), capture(kw)))
+            calls.append({"name": name, "type": type(module).__name__, "call": k,
+                          "args": writer.encode(capture(a)), "kwargs": writer.encode(capture(kw))})
             stack.append(len(calls) - 1)
 
         def post(module, a, kw, output):
             i = stack.pop()
-            calls[i].nested = len(calls) - 1 - i
-            calls[i].outputs = arrays(capture(output))
+            calls[i]["nested"] = len(calls) - 1 - i
+            calls[i]["outputs"] = writer.encode(arrays(capture(output)))
 
         handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
         handles.append(module.register_forward_hook(post, with_kwargs=True))
@@ -418,25 +505,28 @@ def _ms_fed(ms_cell: Any, cells: Mapping[str, Any], index: Mapping[Tuple[str, in
         c = index.get((name, k))
         parent = next((p for p in reversed(stack) if p is not None), None)
         stack.append(c)
-        if c is None or not (convertible(c.args) and convertible(c.kwargs)):
+        if c is None:
+            return None
+        given_args, given_kwargs = c.args, c.kwargs
+        if not (convertible(given_args) and convertible(given_kwargs)):
             return None
         if parent is not None:  # what the parent's own operations made of torch's values
-            made = errors(arrays((c.args, c.kwargs)), _ms_values((list(a), dict(kw))))
+            made = errors(arrays((given_args, given_kwargs)), _ms_values((list(a), dict(kw))))
             if made is not None and made["rel_l2"] > parent.ms_local_inputs:
                 parent.ms_local_inputs = made["rel_l2"]
-        return tuple(restore(list(c.args), ms)), restore(dict(c.kwargs), ms)
+        return tuple(restore(list(given_args), ms)), restore(dict(given_kwargs), ms)
 
     def post(cell, a, kw, output, name):
         c = stack.pop()
         if c is None:
             return None
-        outputs = _ms_values(output)
-        c.ms_local = errors(c.outputs, outputs)
+        outputs, reference = _ms_values(output), c.outputs
+        c.ms_local = errors(reference, outputs)
         if name in dump:
             dumps.setdefault(name, []).extend((f"call{c.call}.local_output.{i}", o) for i, o in enumerate(outputs))
         if c.ms_local is None or not stack:
             return None
-        return _with_values(output, c.outputs)  # hand on torch's outputs
+        return _with_values(output, reference)  # hand on torch's outputs
 
     _run_hooked(ms_cell, cells, pre, post, args, kwargs)
 
@@ -459,8 +549,9 @@ def _write_dump(names: Sequence[str], folder: str, calls: Sequence[_Call],
 
 
 def _torch_floors(torch_module: Any, args: Sequence[Any], kwargs: Mapping[str, Any],
-                  index: Mapping[Tuple[str, int], _Call], errors: Errors) -> Dict[Tuple[str, int], float]:
-    """Per call: relative L2 of torch's outputs against the module run in float64 on the same inputs.
+                  calls: Sequence[Mapping[str, Any]], reader: RecordReader) -> List[Optional[float]]:
+    """Per recorded call: relative L2 of torch's outputs against the module run in float64 on the
+    same inputs (None where the outputs do not match up).
 
     Each submodule is cast to float64 while it runs and back after it (exact: every float32 value
     is a float64 value) by :func:`xrand.pipelines.widen.widened_per_call`, under which float32
@@ -470,20 +561,24 @@ def _torch_floors(torch_module: Any, args: Sequence[Any], kwargs: Mapping[str, A
 
     pt = framework("torch")
     param = next(torch_module.parameters())
-    floors: Dict[Tuple[str, int], float] = {}
+    errors = Errors()
+    index = {(c["name"], c["call"]): i for i, c in enumerate(calls)}
+    floors: List[Optional[float]] = [None] * len(calls)
     counts: Dict[str, int] = {}
     handles = []
     for name, module in torch_module.named_modules():
         def post(module, a, output, name=name):
             k = counts.get(name, 0)
             counts[name] = k + 1
-            c = index.get((name, k))
-            if c is not None:
-                err = errors(c.outputs, [t.detach().cpu().numpy() for t in leaves(output) if pt.is_tensor(t)])
+            i = index.get((name, k))
+            if i is not None:
+                err = errors(reader.decode(calls[i]["outputs"]),
+                             [t.detach().cpu().numpy() for t in leaves(output) if pt.is_tensor(t)])
                 if err is not None:
-                    floors[(name, k)] = err["rel_l2"]
+                    floors[i] = err["rel_l2"]
 
-        handles.append(module.register_forward_hook(post))
+        if (name, 0) in index:
+            handles.append(module.register_forward_hook(post))
     try:
         with torch.no_grad(), widened_per_call(torch_module):  # float64 throughout, one module's copy at a time
             torch_module(*restore(list(args), pt, param.device, "float64"),
@@ -505,12 +600,13 @@ def unet_inputs(sample: np.ndarray, timestep: Any, encoder_hidden_states: Option
 
 @dataclass(frozen=True)
 class LayerOptions:
-    """What ``xrand compare --layers`` asks for: the step, the threshold, the modules to dump."""
+    """What ``xrand compare --layers`` asks for: the step, the threshold, the modules to dump, the scope."""
 
     step: int = 0
     threshold: Optional[float] = None  # None: from torch's measured noise floor
     dump: Sequence[str] = ()
     dump_dir: Optional[str] = None
+    scope: Sequence[str] = ()  # module prefixes to record and compare (--layers-scope); empty: every module
 
     def check(self, steps: Optional[int] = None) -> "LayerOptions":
         """These options, checked: UsageError naming the value for a step outside ``range(steps)``
@@ -525,6 +621,11 @@ class LayerOptions:
         if self.threshold is not None:
             object.__setattr__(self, "threshold", check_threshold(self.threshold))  # frozen: normalised once
         object.__setattr__(self, "dump", tuple(self.dump))
+        object.__setattr__(self, "scope", tuple(self.scope))
+        bad = [p for p in self.scope if not isinstance(p, str) or not p.strip(".")]
+        if bad:
+            raise UsageError(f"--layers-scope {bad[0]!r} is not a module name; accepted: a qualified submodule "
+                             "name of the denoiser such as down_blocks.1")
         if self.dump and self.dump_dir is None:
             raise UsageError(f"modules {list(self.dump)!r} to dump but no folder; pass --layers-dump DIR")
         if self.dump_dir is not None:
@@ -537,7 +638,7 @@ class LayerOptions:
 
 def _run_hooked(ms_cell, cells, pre, post, args, kwargs) -> None:
     """One PyNative MindSpore call with ``pre(cell, args, kwargs, name)`` and
-    ``post(cell, args, kwargs, output, name)`` hooked on every named cell, removed afterwards;
+    ``post(cell, args, kwargs, output, name)`` hooked on each of ``cells``, removed afterwards;
     floating arrays among the inputs in the cell's parameter dtype."""
     ms = framework("mindspore")
     ms_dtype = _dtype_name(next(iter(ms_cell.get_parameters())).dtype)
@@ -555,24 +656,28 @@ def _run_hooked(ms_cell, cells, pre, post, args, kwargs) -> None:
             h.remove()
 
 
-def layers_at_step(torch_side: Any, ms_side: Any, plan: Any, recording: Any, timesteps: Sequence[float]
-                   ) -> LayerReport:
-    """:func:`layer_diff` on the two loaded sides' denoisers, fed the call the torch side's denoiser
-    made at ``plan.layers.step`` (``recording``: the torch run's, which kept that call): the very
-    tensors torch's pipeline built there, for any recipe."""
+def torch_layers_at_step(torch_side: Any, plan: Any, recording: Any, writer: Optional[RecordWriter] = None
+                         ) -> TorchLayers:
+    """:func:`torch_layers` on the loaded torch side's denoiser, fed the call its pipeline made at
+    ``plan.layers.step`` (``recording``: the torch run's, which kept that call): the very tensors
+    torch's pipeline built there, for any recipe."""
     options, k = plan.layers, plan.layers.step
-    call = recording.calls[k] if k < len(recording.calls) else None
-    if call is None:
+    given = recording.call(k) if k < len(recording.calls) else None
+    if given is None:
         raise RuntimeError(f"the torch side made no denoiser call {k}")
     torch_denoiser = plan.recipe.denoiser_of(torch_side.pipe)
-    args, kwargs = as_call(call_signature(torch_side.fw, torch_denoiser), call.inputs)
+    args, kwargs = as_call(call_signature(torch_side.fw, torch_denoiser), given)
+    with torch_side.fw.running(torch_side.device, "pynative"):
+        return torch_layers(torch_denoiser, args, kwargs, floors=options.threshold is None, scope=options.scope,
+                            writer=writer)
+
+
+def mindspore_layers_at_step(ms_side: Any, plan: Any, torch_part: TorchLayers, timesteps: Sequence[float]
+                             ) -> LayerReport:
+    """:func:`mindspore_layers` on the loaded MindSpore side's denoiser, over torch's record."""
+    options, k = plan.layers, plan.layers.step
     ms = framework("mindspore")
-
-    def ms_denoiser() -> Any:  # loaded (ms_side a function) only once torch's passes are done
-        return plan.recipe.denoiser_of((ms_side() if callable(ms_side) else ms_side).pipe)
-
-    with torch_side.fw.running(torch_side.device, "pynative"), ms.running(plan.devices.get("mindspore"), "pynative"), \
-            ms.half_precision(plan.settings.dtype):
-        return layer_diff(torch_denoiser, ms_denoiser if callable(ms_side) else ms_denoiser(), args, kwargs,
-                          threshold=options.threshold, dump=options.dump, dump_dir=options.dump_dir,
-                          step=k, timestep=timesteps[k] if k < len(timesteps) else None)
+    with ms.running(plan.devices.get("mindspore"), "pynative"), ms.half_precision(plan.settings.dtype):
+        return mindspore_layers(torch_part.reader, torch_part.meta, plan.recipe.denoiser_of(ms_side.pipe),
+                                threshold=options.threshold, dump=options.dump, dump_dir=options.dump_dir,
+                                step=k, timestep=timesteps[k] if k < len(timesteps) else None)

@@ -8,7 +8,8 @@ layers, the noise floor and sweeps all call these.
 from __future__ import annotations
 
 import math
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+import weakref
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -59,7 +60,7 @@ class Errors:
     squared norm computed once: in ``compare --layers`` an array is a reference up to four times."""
 
     def __init__(self) -> None:
-        self._sq_norms: Dict[int, Tuple[np.ndarray, float]] = {}
+        self._sq_norms: Dict[int, Tuple[Any, float]] = {}
         self._scratch = np.zeros(0)
 
     def _difference(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -73,10 +74,11 @@ class Errors:
 
     def _sq_norm(self, a: np.ndarray) -> float:
         hit = self._sq_norms.get(id(a))
-        if hit is None or hit[0] is not a:
+        if hit is None or hit[0]() is not a:
             # float64 sums without a float64 copy of the array (a quarter of the time of astype + vdot)
             flat_a = a.reshape(-1)
-            hit = self._sq_norms[id(a)] = (a, float(np.einsum("i,i->", flat_a, flat_a, dtype=np.float64)))
+            # weakly: an array read from a record file is let go after its call
+            hit = self._sq_norms[id(a)] = (weakref.ref(a), float(np.einsum("i,i->", flat_a, flat_a, dtype=np.float64)))
         return hit[1]
 
     def __call__(self, reference: Sequence[np.ndarray], other: Sequence[np.ndarray],

@@ -4,20 +4,19 @@ Free running compares the two pipelines' own trajectories (global error, which t
 amplify). Lockstep runs the MindSpore side once more, fed at every denoiser call and scheduler
 step what the torch side recorded there (:mod:`.boundary`), so its per-step (local) error
 isolates operator differences. ``--layers`` and the noise floor follow, each reading the plan.
+Every comparison runs the stages of :mod:`.stages` in their one order; here both pipelines are
+held and what the stages leave stays in memory.
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any, List, Union
 
-from ..patch import patched
 from ..pipelines.settings import Settings
-from .floor import pipeline_floor
-from .layers import check_module_names, layers_at_step
 from .plan import Plan, make_plan
-from .result import Comparison, compare_sides
-from .sides import Everything, Loaded, fingerprinted, load, run
+from .result import Comparison
+from .sides import Loaded, load
+from .stages import Asks, Held, Store, run_stages
 
 
 @dataclass
@@ -50,23 +49,7 @@ def compare_loaded(pair: Pair, plan: Union[Plan, Settings], **options: Any) -> C
     """One comparison (a matrix row, a sweep cell) on pipelines already loaded by :func:`load_pair`:
     free running, then what the plan asks for: lockstep, layers, the noise floor."""
     plan = _planned(plan, options)
-    if plan.layers is not None and plan.layers.dump:  # before any run
-        check_module_names(plan.recipe.denoiser_of(pair.torch.pipe), plan.layers.dump)
-    record_calls = Everything() if plan.lockstep else {plan.layers.step} if plan.layers is not None else None
-    with patched():  # once for every run: (un)patching scans every loaded module
-        a = fingerprinted(run(pair.torch, plan, record_calls=record_calls, record_steps=plan.lockstep))
-        b = fingerprinted(run(pair.mindspore, plan))
-        local = None
-        if plan.lockstep:
-            start = time.perf_counter()
-            local = run(pair.mindspore, plan, feed=a.recording).local_steps
-            b.environment["lockstep_seconds"] = time.perf_counter() - start
-        comparison = compare_sides(a, b, plan.tolerance, local)
-        if plan.layers is not None:  # which module parts them
-            comparison.layers = layers_at_step(pair.torch, pair.mindspore, plan, a.recording, a.timesteps)
-        if plan.noise_floor:  # torch against itself
-            comparison.noise_floor = pipeline_floor(pair.torch, plan, a.images)
-    return comparison
+    return run_stages(Store(plan, Asks.of(plan)), Held(pair.torch, pair.mindspore)).comparison
 
 
 def compare_frameworks(plan: Union[Plan, Settings], quiet: bool = True, **options: Any) -> Comparison:

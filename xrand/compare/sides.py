@@ -26,6 +26,7 @@ from ..pipelines.frameworks import Framework, framework
 from ..pipelines.loop import denoising_loop
 from ..pipelines.settings import Settings
 from .boundary import Boundary, Recording
+from .records import RecordWriter
 from .plan import Plan
 
 
@@ -106,7 +107,7 @@ class Everything:
 
 def run(loaded: Loaded, plan: Plan, *, generator: Optional[CountingGenerator] = None,
         record_calls: Optional[Container[int]] = None, record_steps: bool = False,
-        feed: Optional[Recording] = None) -> Side:
+        feed: Optional[Recording] = None, record: Optional[RecordWriter] = None) -> Side:
     """Run a loaded pipeline as the plan says (seed, scheduler, inputs) and record it.
 
     A new scheduler is built for the run (``plan.scheduler``). MindSpore runs in
@@ -115,7 +116,8 @@ def run(loaded: Loaded, plan: Plan, *, generator: Optional[CountingGenerator] = 
     ``CountingGenerator(seed, stream=...)`` (the noise floor's float64 run draws as the float32
     run did); with ``noise="native"`` the side draws from its library's own generator instead
     (``ran["noise"]`` says how it was made; no draws are counted). ``record_calls`` / ``record_steps``: keep those denoiser calls / every step's
-    inputs in ``side.recording``; ``feed``: run fed the reference's recording (lockstep), with
+    inputs in ``side.recording`` (written by ``record``, a :class:`.records.RecordWriter`, when
+    given; else held in memory); ``feed``: run fed the reference's recording (lockstep), with
     the local error per step in ``side.local_steps``.
     """
     settings = plan.settings
@@ -138,7 +140,7 @@ def run(loaded: Loaded, plan: Plan, *, generator: Optional[CountingGenerator] = 
     if not native:
         use_xrand_brownian(pipe.scheduler, generator, fw.name)  # DPMSolverSDE, CosineDPMSolverMultistep
     boundary = Boundary(fw, plan.scheduler.step_options, generator, record_calls, record_steps, feed,
-                        add_generator=not native)
+                        add_generator=not native, record=record)
     library_pipeline = recipe.runs_library_pipeline(plan.scheduler.cls, settings.dtype)
     start = time.perf_counter()
     with patched(fw.library), fw.running(loaded.device, plan.mindspore_mode, plan.graph_identity()) as state, \
@@ -150,6 +152,8 @@ def run(loaded: Loaded, plan: Plan, *, generator: Optional[CountingGenerator] = 
     seconds = time.perf_counter() - start
     if not boundary.outputs:
         raise RuntimeError(f"{recipe.pipeline} on {fw.name} never called scheduler.step")
+    if boundary.recording is not None:
+        boundary.recording.close()
     return Side(
         framework=fw.name,
         settings=settings,

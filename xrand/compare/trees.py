@@ -8,6 +8,7 @@ framework gets the very tensor the reference pipeline built (:func:`restore`).
 """
 from __future__ import annotations
 
+import weakref
 from collections import namedtuple
 from typing import Any, Callable, Dict, List, Mapping, Tuple
 
@@ -68,15 +69,19 @@ class Capture:
 
     def __init__(self, fw: Any) -> None:
         self.fw = fw
-        self._seen: Dict[int, Tuple[Any, Any, Captured]] = {}
+        self._seen: Dict[int, Tuple[Any, Any, Any, str]] = {}
 
     def tensor(self, t: Any) -> Captured:
         version = getattr(t, "_version", None)  # torch counts in-place changes; MindSpore has no such count
         hit = self._seen.get(id(t))
-        if hit is not None and hit[0] is t and hit[1] == version:
-            return hit[2]
+        if hit is not None and hit[0]() is t and hit[1] == version:
+            array = hit[2]()
+            if array is not None:
+                return Captured(array, hit[3])
         captured = Captured(*self.fw.capture(t))
-        self._seen[id(t)] = (t, version, captured)  # the reference keeps id(t) from being reused
+        # weakly: neither the tensor nor its copy is kept alive here (a record written to files lets
+        # them go); the tensor's own reference check keeps a reused id from matching
+        self._seen[id(t)] = (_weak(t), version, _weak(captured.array), captured.dtype)
         return captured
 
     def __call__(self, value: Any) -> Any:
@@ -84,6 +89,14 @@ class Capture:
 
     def forget(self) -> None:
         self._seen.clear()
+
+
+def _weak(value: Any) -> Callable[[], Any]:
+    """A weak reference to ``value``, or a strong one where it cannot be weakly referred to."""
+    try:
+        return weakref.ref(value)
+    except TypeError:
+        return lambda: value
 
 
 def restore(value: Any, fw: Any, device: Any = None, float_dtype: Any = None) -> Any:

@@ -20,6 +20,9 @@ from ..checks import check_choice
 from . import tiny_flux, tiny_ltx, tiny_pixart, tiny_sd, tiny_sd3, tiny_sdxl, tiny_wan
 from .folders import PathLike
 
+#: The digits model shipped inside the package (trained by scripts/train_digits.py): the default model.
+DIGITS = str(Path(__file__).resolve().parent / "digits")
+
 
 @dataclass(frozen=True)
 class TinyModel:

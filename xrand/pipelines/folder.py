@@ -69,6 +69,19 @@ class ModelFolder:
         return "sha256:" + digest.hexdigest()
 
 
+def component_digests(folder: ModelFolder) -> Dict[str, str]:
+    """Component -> sha256 over its weight files (names and contents): two machines' copies of a
+    model folder are matched component by component."""
+    digests: Dict[str, Any] = {}
+    for path in folder.weights:
+        relative = os.path.relpath(path, folder.path)
+        stat = os.stat(path)
+        digest = digests.setdefault(relative.split(os.sep)[0], hashlib.sha256())
+        digest.update(relative.encode() + b"\0" + _sha256(os.path.realpath(path), stat.st_size,
+                                                           stat.st_mtime_ns).encode() + b"\0")
+    return {name: digest.hexdigest() for name, digest in sorted(digests.items())}
+
+
 @functools.lru_cache(maxsize=256)
 def _sha256(path: str, size: int, mtime_ns: int) -> str:
     """Hashed once per file version: both sides of a comparison read the same weights."""

@@ -1,0 +1,577 @@
+"""One comparison, one runner: the stages each framework runs, what each needs and what it leaves.
+
+A comparison is a list of stages, always run in this order (the ones the plan asks for):
+
+    stage             runs on    needs           leaves
+    torch             torch      -               torch's side; its recorded denoiser calls and
+                                                 steps (lockstep) and the call at the layers step
+    torch layers      torch      torch           every module's input and output at that call,
+                                                 and torch's own float64 error per module
+    floor             torch      torch           torch's float64 run against its side
+    mindspore         mindspore  -               MindSpore's side
+    mindspore layers  mindspore  torch layers    the layers report
+    lockstep          mindspore  torch           the local error per step
+
+:func:`run_stages` runs them whether both pipelines are held at once (:class:`Held`: the Python
+API, matrix rows and sweep cells; what stages leave stays in memory) or one framework at a time
+into a comparison folder (:class:`Loading`; the command line), where every stage's output is
+written as it is made and listed, with each file's sha256, in ``manifest.json``. The folder is
+what travels between two machines: torch's stages on one, MindSpore's on the other (without
+torch installed), and the report from the folder anywhere. A stage already in the folder for
+the same plan is not run again; a folder of another plan or other weights is refused.
+"""
+from __future__ import annotations
+
+import gc
+import os
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from ..checks import UsageError
+from ..files import json_safe, write_json
+from ..patch import patched
+from ..pipelines.folder import component_digests
+from ..pipelines.settings import Settings
+from .boundary import Recording
+from .floor import pipeline_floor
+from .layers import (LayerOptions, LayerReport, TorchLayers, check_module_names, mindspore_layers_at_step,
+                     torch_layers_at_step)
+from .plan import Plan, make_plan
+from .records import RecordReader, RecordWriter, check_file, file_entry
+from .result import Comparison, compare_sides
+from .sidefile import load_side, save_side
+from .sides import Everything, Loaded, Side, fingerprinted, load, run
+
+MANIFEST = "manifest.json"
+MANIFEST_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    framework: str  # the framework that runs it
+    needs: Tuple[str, ...]  # stages whose outputs it reads
+
+
+STAGES = (Stage("torch", "torch", ()), Stage("torch layers", "torch", ("torch",)), Stage("floor", "torch", ("torch",)),
+          Stage("mindspore", "mindspore", ()), Stage("mindspore layers", "mindspore", ("torch layers",)),
+          Stage("lockstep", "mindspore", ("torch",)))
+BY_NAME = {s.name: s for s in STAGES}
+
+
+@dataclass(frozen=True)
+class Asks:
+    """What a comparison asks for beyond both sides: lockstep, layers (a LayerOptions), the floor."""
+
+    lockstep: bool = False
+    layers: Optional[LayerOptions] = None
+    noise_floor: bool = False
+
+    @classmethod
+    def of(cls, plan: Plan) -> "Asks":
+        return cls(plan.lockstep, plan.layers, plan.noise_floor)
+
+    def stages(self) -> List[str]:
+        """The stages these asks need, in the order they run."""
+        asked = {"torch layers": self.layers is not None, "floor": self.noise_floor,
+                 "mindspore layers": self.layers is not None, "lockstep": self.lockstep}
+        return [s.name for s in STAGES if asked.get(s.name, True)]
+
+    def key(self, stage: str) -> Dict[str, Any]:
+        """What a stage's output depends on beyond the comparison's identity: an output made for
+        another key is made again (torch's records for lockstep, the layers' step and scope)."""
+        o = self.layers
+        if stage == "torch":
+            return {"lockstep": self.lockstep, "layers_step": None if o is None else o.step}
+        if stage == "torch layers":
+            return {"step": o.step, "floors": o.threshold is None, "scope": list(o.scope)}
+        if stage == "mindspore layers":
+            return json_safe({"step": o.step, "threshold": o.threshold, "dump": list(o.dump), "dump_dir": o.dump_dir,
+                              "scope": list(o.scope)})
+        return {}
+
+    def to_dict(self) -> Dict[str, Any]:
+        return json_safe({"lockstep": self.lockstep, "noise_floor": self.noise_floor,
+                          "layers": None if self.layers is None else asdict(self.layers)})
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Asks":
+        layers = data.get("layers")
+        return cls(bool(data["lockstep"]), None if layers is None else LayerOptions(**layers).check(),
+                   bool(data["noise_floor"]))
+
+
+def _covers(done: Mapping[str, Any], wanted: Mapping[str, Any], stage: str) -> bool:
+    """Whether an output made for key ``done`` serves key ``wanted`` (torch's records for lockstep
+    serve a run without lockstep too)."""
+    if stage == "torch":
+        return (done["lockstep"] or not wanted["lockstep"]) and \
+            (wanted["layers_step"] is None or done["layers_step"] == wanted["layers_step"])
+    return done == wanted
+
+
+def identity(plan: Plan) -> Dict[str, Any]:
+    """What every stage's result depends on: a folder that holds another identity is another
+    comparison. The model folder's path is not part of it (the other machine's may differ); its
+    configs and weights are."""
+    return json_safe({**plan.graph_identity(), "seed": plan.settings.seed, "noise": plan.settings.noise,
+                      "weights": plan.folder.fingerprint()})
+
+
+def planned(plan: Plan) -> Dict[str, Any]:
+    """The plan as the manifest keeps it: enough to make it again on the other machine."""
+    from ..models import DIGITS
+
+    return json_safe({"settings": asdict(plan.settings), "tolerance": plan.tolerance if plan.tolerance_given else None,
+                      "mindspore_mode": plan.mindspore_mode_asked,
+                      "embedded_model": os.path.realpath(plan.folder.path) == os.path.realpath(DIGITS)})
+
+
+def plan_from_manifest(manifest: Mapping[str, Any], frameworks: Sequence[str], model: Optional[str] = None,
+                       devices: Optional[Mapping[str, str]] = None, mindspore_mode: Optional[str] = None,
+                       default_model: Optional[str] = None) -> Plan:
+    """The plan a comparison folder was made with, for ``frameworks`` on this machine; ``model``:
+    the model folder's path here when it differs from the manifest's (``default_model``: this
+    machine's copy of the embedded model, which the manifest names as such)."""
+    saved = manifest["plan"]
+    if model is None and saved.get("embedded_model"):
+        model = default_model
+    if model is None and not os.path.exists(saved["settings"]["model"]):
+        raise UsageError(f"the model folder {saved['settings']['model']!r} that {MANIFEST} names is not on this "
+                         "machine; give its path here with --model PATH")
+    settings = Settings(**{**saved["settings"], **({"model": model} if model else {})})
+    asks = Asks.from_dict(manifest["asks"])
+    return make_plan(settings, frameworks=frameworks, devices=devices, tolerance=saved["tolerance"],
+                     mindspore_mode=mindspore_mode or saved["mindspore_mode"], lockstep=asks.lockstep,
+                     layers=asks.layers, noise_floor=asks.noise_floor and "torch" in frameworks)
+
+
+def read_manifest(out_dir: str) -> Optional[Dict[str, Any]]:
+    """``out_dir/manifest.json``, or None where there is none; UsageError if it is unreadable."""
+    import json
+
+    path = os.path.join(out_dir, MANIFEST)
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path) as f:
+            data = json.load(f)
+        if data.get("xrand_comparison") != MANIFEST_VERSION:
+            raise ValueError(f"version {data.get('xrand_comparison')!r}, this xrand reads {MANIFEST_VERSION}")
+        data["identity"], data["stages"], data["plan"], data["asks"]  # noqa: B018 (present)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UsageError(f"--out {out_dir!r}: {MANIFEST} is unreadable ({exc}); use another folder") from None
+    return data
+
+
+# ----------------------------------------------------------------------------- where outputs go
+
+class Store:
+    """What the stages leave: in memory (``folder`` None) or in a comparison folder, whose
+    ``manifest.json`` lists each finished stage with its key, its small results and its files."""
+
+    def __init__(self, plan: Plan, asks: Asks, folder: Optional[str] = None) -> None:
+        self.plan, self.asks, self.folder = plan, asks, folder
+        self.tolerance = plan.tolerance
+        self.held: Dict[str, Any] = {}  # stage -> what it left, in memory (a folder's: read back when asked)
+        self.manifest: Dict[str, Any] = {"xrand_comparison": MANIFEST_VERSION, "identity": identity(plan),
+                                         "plan": planned(plan), "asks": asks.to_dict(), "components": {},
+                                         "runtime": {}, "stages": {}}
+        if folder is not None:
+            written = read_manifest(folder)
+            if written is not None:
+                self._check_same(written)
+                self.manifest.update(stages=written["stages"], components=written["components"],
+                                     runtime=written.get("runtime", {}))
+
+    def _check_same(self, written: Mapping[str, Any]) -> None:
+        here = component_digests(self.plan.folder)
+        there = written["components"]
+        for name in sorted(set(here) & set(there)):
+            if here[name] != there[name]:
+                raise UsageError(f"the weights of {name} in {self.plan.folder.path!r} are not the ones "
+                                 f"{self.folder}/ was made with (sha256 {here[name][:12]}... vs {there[name][:12]}...); "
+                                 f"give the same model folder")
+        if written["identity"] != self.manifest["identity"]:
+            diffs = _differences(written["identity"], self.manifest["identity"])
+            raise UsageError(f"--out {self.folder!r} holds a comparison of other settings (differing: "
+                             f"{', '.join(diffs)}); use another folder or the same settings")
+
+    # -- the manifest
+    def start(self, frameworks: Sequence[str]) -> None:
+        """Tie the folder to the plan before anything is written into it; the runtime each framework
+        here runs in (device, MindSpore mode) is checked against stages already done elsewhere."""
+        for fw in frameworks:
+            runtime = {"device": self.plan.devices.get(fw)}
+            if fw == "mindspore":
+                runtime["mode"] = self.plan.mindspore_mode
+            before = self.manifest["runtime"].get(fw)
+            done = [s.name for s in STAGES if s.framework == fw and s.name in self.manifest["stages"]]
+            if before is not None and before != runtime and done:
+                raise UsageError(f"--out {self.folder!r}: {fw}'s stages ({', '.join(done)}) ran with {before}, this run "
+                                 f"asks {runtime}; use another folder or the same --device and --mindspore-mode")
+            self.manifest["runtime"][fw] = runtime
+        if self.folder is None:
+            return
+        if not self.manifest["components"]:
+            self.manifest["components"] = component_digests(self.plan.folder)
+        os.makedirs(self.folder, exist_ok=True)
+        self._write()
+
+    def _write(self) -> None:
+        if self.folder is not None:
+            self.manifest["asks"] = self.asks.to_dict()
+            write_json(os.path.join(self.folder, MANIFEST), self.manifest)
+
+    def done(self, stage: str) -> bool:
+        entry = self.manifest["stages"].get(stage)
+        return entry is not None and _covers(entry["key"], self.asks.key(stage), stage)
+
+    def finish(self, stage: str, result: Any = None, files: Optional[Dict[str, Any]] = None,
+               held: Any = None, seconds: float = 0.0) -> None:
+        """A stage is done: its small ``result`` (JSON), its ``files`` ({name: sha256 and size}) and,
+        in memory, what it ``held``. The stages that read an output made anew are to run again."""
+        for s in STAGES:
+            if stage in s.needs:
+                self.manifest["stages"].pop(s.name, None)
+        self.manifest["stages"][stage] = json_safe({"key": self.asks.key(stage), "result": result,
+                                                    "files": files or {}, "seconds": seconds})
+        if held is not None:
+            self.held[stage] = held
+        self._write()
+
+    def result(self, stage: str) -> Any:
+        return self.manifest["stages"][stage]["result"]
+
+    def files(self, stage: str) -> Dict[str, Any]:
+        return self.manifest["stages"][stage]["files"]
+
+    def bytes(self) -> Dict[str, int]:
+        """The folder's size per finished stage."""
+        return {name: sum(f["bytes"] for f in entry["files"].values())
+                for name, entry in self.manifest["stages"].items()}
+
+    # -- outputs
+    def side_path(self, framework: str) -> str:
+        return os.path.join(self.folder, f"{framework}.safetensors")
+
+    def save_side(self, side: Side) -> Dict[str, Any]:
+        if self.folder is None:
+            return {}
+        save_side(side, self.side_path(side.framework))
+        return {f"{side.framework}.safetensors": file_entry(self.side_path(side.framework))}
+
+    def side(self, framework: str) -> Optional[Side]:
+        if not self.done(framework):
+            return None
+        if framework in self.held:
+            return self.held[framework]
+        name = f"{framework}.safetensors"
+        check_file(self.folder, name, self.files(framework)[name], framework)
+        self.held[framework] = load_side(self.side_path(framework))
+        return self.held[framework]
+
+    def writer(self, name: str) -> RecordWriter:
+        return RecordWriter(name, self.folder)
+
+    def recording(self) -> Recording:
+        """Torch's recorded denoiser calls and steps."""
+        side = self.held.get("torch")
+        if side is not None and side.recording is not None:
+            return side.recording
+        return Recording(reader=RecordReader.open(self.folder, "torch-run", _record_files(self.files("torch"), "torch-run"),
+                                                  "torch"))
+
+    def torch_layers(self) -> TorchLayers:
+        if "torch layers" in self.held:
+            return self.held["torch layers"]
+        files = self.files("torch layers")
+        return TorchLayers(RecordReader.open(self.folder, "layers", files, "torch layers"),
+                           self.result("torch layers"), files)
+
+
+def report_store(folder: str, manifest: Dict[str, Any]) -> Store:
+    """A comparison folder read on a machine that runs neither framework: its stages' outputs as
+    they are, for the report."""
+    from .plan import DEFAULT_TOLERANCE
+
+    store = Store.__new__(Store)
+    store.plan, store.folder, store.held, store.manifest = None, folder, {}, manifest
+    store.asks = Asks.from_dict(manifest["asks"])
+    saved = manifest["plan"]
+    store.tolerance = saved["tolerance"] if saved["tolerance"] is not None else \
+        DEFAULT_TOLERANCE[saved["settings"]["dtype"]]
+    return store
+
+
+def framework_of(stage: str) -> str:
+    return BY_NAME[stage].framework
+
+
+def _record_files(files: Mapping[str, Any], record: str) -> Dict[str, Any]:
+    return {name: entry for name, entry in files.items() if os.path.basename(name).startswith(record + ".")
+            or os.path.basename(name).startswith(record + "-")}
+
+
+def _differences(a: Dict[str, Any], b: Dict[str, Any], prefix: str = "") -> List[str]:
+    """The keys (``settings.steps``) whose values differ, one level of nesting deep."""
+    out = []
+    for key in sorted(set(a) | set(b)):
+        x, y = a.get(key), b.get(key)
+        if isinstance(x, dict) and isinstance(y, dict) and not prefix:
+            out += _differences(x, y, key + ".")
+        elif x != y:
+            out.append(f"{prefix}{key} {x!r} vs {y!r}" if not isinstance(x, (dict, list)) else prefix + key)
+    return out
+
+
+# ----------------------------------------------------------------------------- pipelines
+
+class Held:
+    """Both pipelines loaded once and kept (a matrix, a sweep): stages use them as they are."""
+
+    def __init__(self, torch: Loaded, mindspore: Loaded) -> None:
+        self.pipes = {"torch": torch, "mindspore": mindspore}
+
+    def get(self, framework: str) -> Loaded:
+        return self.pipes[framework]
+
+    def release(self, framework: str) -> None:
+        pass
+
+
+class Loading:
+    """One framework's pipeline at a time, loaded when a stage needs it and dropped before the
+    other framework's loads (a real-sized model: what one framework holds is most of the memory)."""
+
+    def __init__(self, plan: Plan, quiet: bool = True) -> None:
+        self.plan, self.quiet = plan, quiet
+        self.pipes: Dict[str, Loaded] = {}
+
+    def get(self, framework: str) -> Loaded:
+        for other in list(self.pipes):
+            if other != framework:
+                self.release(other)
+        if framework not in self.pipes:
+            self.pipes[framework] = load(self.plan, framework, self.quiet)
+        return self.pipes[framework]
+
+    def release(self, framework: str) -> None:
+        """Drop a framework's pipeline. A torch pipeline's modules are moved to the meta device
+        first, so that their memory goes even while a caller's frame still refers to them."""
+        loaded = self.pipes.pop(framework, None)
+        if loaded is None:
+            return
+        if framework == "torch":
+            import torch
+
+            for component in (getattr(loaded.pipe, "components", None) or {}).values():
+                if isinstance(component, torch.nn.Module):
+                    component.to("meta")
+        del loaded
+        gc.collect()
+        if framework == "mindspore":
+            import mindspore
+
+            # Graph mode keeps each compiled cell's graph and runtime memory (and so the cell) until
+            # told: about 10 GB for a Stable-Diffusion-1.5-sized UNet at 256x256 (benchmarks/bench_scale.py)
+            mindspore.ms_memory_recycle()
+            gc.collect()
+        trim_heap()
+
+
+def trim_heap() -> None:
+    """Give the C heap's free memory back to the system (glibc keeps freed blocks for reuse)."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
+
+
+# ----------------------------------------------------------------------------- the stages
+
+#: A model folder with more weights than this runs MindSpore's side in a process of its own when
+#: the comparison goes to a folder: MindSpore keeps memory after its pipeline is dropped (in graph
+#: mode, about half of what its side held); a process that ends gives all of it back. Smaller
+#: folders run it here (a new process costs seconds: importing MindSpore and mindone).
+OWN_PROCESS_BYTES = 1 << 30
+
+
+def _torch(plan: Plan, store: Store, pipes: Any) -> None:
+    asks = store.asks
+    record_calls = Everything() if asks.lockstep else {asks.layers.step} if asks.layers is not None else None
+    writer = store.writer("torch-run") if record_calls is not None else None
+    start = time.perf_counter()
+    side = fingerprinted(run(pipes.get("torch"), plan, record_calls=record_calls, record_steps=asks.lockstep,
+                             record=writer))
+    files = store.save_side(side)
+    files.update(writer.files if writer is not None else {})
+    store.finish("torch", files=files, held=side, seconds=time.perf_counter() - start)
+
+
+def _torch_layers(plan: Plan, store: Store, pipes: Any) -> None:
+    start = time.perf_counter()
+    result = torch_layers_at_step(pipes.get("torch"), plan, store.recording(), store.writer("layers"))
+    store.finish("torch layers", result.meta, result.files, held=result, seconds=time.perf_counter() - start)
+
+
+def _floor(plan: Plan, store: Store, pipes: Any) -> None:
+    start = time.perf_counter()
+    floor = pipeline_floor(pipes.get("torch"), plan, store.side("torch").images)
+    store.finish("floor", floor, seconds=time.perf_counter() - start)
+
+
+def _mindspore(plan: Plan, store: Store, pipes: Any) -> None:
+    start = time.perf_counter()
+    if store.folder is not None and isinstance(pipes, Loading) and plan.folder.weights_bytes > OWN_PROCESS_BYTES:
+        pipes.release("torch")
+        side = side_in_own_process(plan, "mindspore", store.side_path("mindspore"), pipes.quiet)
+        files = {"mindspore.safetensors": file_entry(store.side_path("mindspore"))}
+    else:
+        side = fingerprinted(run(pipes.get("mindspore"), plan))
+        files = store.save_side(side)
+    store.finish("mindspore", files=files, held=side, seconds=time.perf_counter() - start)
+
+
+def _mindspore_layers(plan: Plan, store: Store, pipes: Any) -> None:
+    start = time.perf_counter()
+    torch_part = store.torch_layers()
+    report = mindspore_layers_at_step(pipes.get("mindspore"), plan, torch_part, store.side("torch").timesteps)
+    report.seconds += store.manifest["stages"]["torch layers"]["seconds"]
+    store.finish("mindspore layers", report.to_dict(), held=report, seconds=time.perf_counter() - start)
+
+
+def _lockstep(plan: Plan, store: Store, pipes: Any) -> None:
+    start = time.perf_counter()
+    local = run(pipes.get("mindspore"), plan, feed=store.recording()).local_steps
+    seconds = time.perf_counter() - start
+    store.finish("lockstep", {"local_steps": local, "lockstep_seconds": seconds}, seconds=seconds)
+
+
+RUNS: Dict[str, Callable[[Plan, Store, Any], None]] = {
+    "torch": _torch, "torch layers": _torch_layers, "floor": _floor, "mindspore": _mindspore,
+    "mindspore layers": _mindspore_layers, "lockstep": _lockstep}
+
+
+def side_in_own_process(plan: Plan, framework: str, path: str, quiet: bool = True) -> Side:
+    """Run one side in a new process that writes its side file to ``path`` and ends; return the
+    side read back. Its errors come back as they were raised (a ``UsageError`` stays one)."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    receive, send = context.Pipe(duplex=False)
+    process = context.Process(target=_side_process, args=(plan, framework, path, quiet, send))
+    process.start()
+    send.close()
+    try:
+        outcome = receive.recv()
+    except EOFError:  # it ended without a word: killed
+        outcome = None
+    process.join()
+    if outcome == "done" and process.exitcode == 0:
+        return load_side(path)
+    if isinstance(outcome, tuple) and outcome[0] == "UsageError":
+        raise UsageError(outcome[1])
+    if isinstance(outcome, tuple):
+        raise RuntimeError(f"the {framework} side failed in its process: {outcome[0]}: {outcome[1]}")
+    code = process.exitcode
+    how = f"was killed by signal {-code}" if code is not None and code < 0 else f"ended with exit code {code}"
+    raise RuntimeError(f"the {framework} side's process {how}" + (" (the out-of-memory killer sends signal 9)"
+                                                                 if code == -9 else ""))
+
+
+def _side_process(plan: Plan, framework: str, path: str, quiet: bool, send: Any) -> None:
+    try:
+        with patched():
+            side = fingerprinted(run(load(plan, framework, quiet), plan))
+        save_side(side, path)
+    except Exception as exc:
+        send.send((type(exc).__name__, str(exc)))
+        return
+    send.send("done")
+
+
+# ----------------------------------------------------------------------------- the runner
+
+@dataclass
+class Outcome:
+    """What :func:`run_stages` did: the comparison so far (None until both sides exist), the
+    stages done and still missing, and the folder's size per stage."""
+
+    comparison: Optional[Comparison]
+    done: List[str]
+    missing: List[str]
+    bytes: Dict[str, int]
+
+
+def comparison_of(store: Store) -> Optional[Comparison]:
+    """The comparison the store's finished stages make (None until both sides exist)."""
+    a, b = store.side("torch"), store.side("mindspore")
+    if a is None or b is None:
+        return None
+    stages = store.asks.stages()
+    lockstep = store.result("lockstep") if store.done("lockstep") else {}
+    c = compare_sides(a, b, store.tolerance, lockstep.get("local_steps"))
+    if "lockstep_seconds" in lockstep:
+        c.environments["b"] = {**c.environments["b"], "lockstep_seconds": lockstep["lockstep_seconds"]}
+    if store.asks.layers is not None and store.done("mindspore layers"):
+        held = store.held.get("mindspore layers")
+        c.layers = held if held is not None else LayerReport.from_dict(store.result("mindspore layers"))
+    if store.asks.noise_floor and store.done("floor"):
+        c.noise_floor = store.result("floor")
+    if store.folder is not None:
+        c.stages = {"done": [s for s in stages if store.done(s)], "missing": [s for s in stages if not store.done(s)],
+                    "bytes": store.bytes()}
+    return c
+
+
+def run_stages(store: Store, pipes: Any, frameworks: Sequence[str] = ("torch", "mindspore"),
+               on_stage: Callable[[Outcome], None] = lambda outcome: None,
+               say: Callable[[str], None] = lambda text: None) -> Outcome:
+    """Run the missing stages of ``store``'s comparison that ``frameworks`` run here, in order,
+    calling ``on_stage`` after each; stages of other frameworks are left missing.
+
+    UsageError, before anything runs, when a stage to run here needs the output of a stage that
+    is missing and runs elsewhere (the MindSpore stages before torch's records exist)."""
+    plan, asks = store.plan, store.asks
+    wanted = asks.stages()
+    todo = [s for s in wanted if not store.done(s) and BY_NAME[s].framework in frameworks]
+    done_before = [s for s in wanted if store.done(s)]
+    for name in todo:
+        for need in BY_NAME[name].needs:
+            if need in wanted and not store.done(need) and need not in todo:
+                raise UsageError(f"the stage '{name}' needs torch's stage '{need}', which is not in "
+                                 f"{store.folder or 'this comparison'}/; run it first on a machine with torch: "
+                                 f"xrand compare --only {BY_NAME[need].framework} --out {store.folder or 'DIR'} ...")
+    if done_before and store.folder is not None:
+        say(f"xrand: {store.folder}/ holds this comparison's {', '.join(done_before)}; "
+            f"running {', '.join(todo) or 'nothing more here'}")
+    if asks.layers is not None and asks.layers.dump and "torch layers" in todo:  # before anything is written
+        check_module_names(plan.recipe.denoiser_of(pipes.get("torch").pipe), asks.layers.dump)
+    if todo:
+        store.start(frameworks)
+
+    def outcome() -> Outcome:
+        return Outcome(comparison_of(store), [s for s in wanted if store.done(s)],
+                       [s for s in wanted if not store.done(s)], store.bytes())
+
+    with patched():  # once for every stage: (un)patching scans every loaded module
+        for i, name in enumerate(todo):
+            if store.folder is not None:
+                say(f"xrand: running {name}")
+            RUNS[name](plan, store, pipes)
+            if i + 1 < len(todo) and BY_NAME[todo[i + 1]].framework != BY_NAME[name].framework:
+                pipes.release(BY_NAME[name].framework)
+            trim_heap()  # what the stage freed, given back before the next one starts
+            on_stage(outcome())
+    for fw in frameworks:
+        pipes.release(fw)
+    return outcome()
+
+
+__all__ = ["Asks", "Held", "Loading", "MANIFEST", "OWN_PROCESS_BYTES", "Outcome", "STAGES", "Stage", "Store",
+           "comparison_of", "plan_from_manifest", "read_manifest", "run_stages", "side_in_own_process"]
