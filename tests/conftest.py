@@ -130,3 +130,42 @@ def _private_graph_cache(tmp_path_factory):
         os.environ.pop("XRAND_CACHE_DIR", None)
     else:
         os.environ["XRAND_CACHE_DIR"] = saved
+
+
+def venv_without(folder, *excluded):
+    """A virtual environment at ``folder`` that has every package of this one but those whose
+    names start with one of ``excluded`` (their .dist-info too, so that find_spec and
+    importlib.metadata agree they are absent): what a machine with only one framework has,
+    made in a second from links, nothing downloaded. Returns its python."""
+    import sysconfig
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True)
+    here = sysconfig.get_paths()["purelib"]
+    there = subprocess.run([os.path.join(folder, "bin", "python"), "-c",
+                            "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    for name in os.listdir(here):
+        if not name.lower().startswith(tuple(x.lower() for x in excluded)):
+            os.symlink(os.path.join(here, name), os.path.join(there, name))
+    return os.path.join(folder, "bin", "python")
+
+
+#: what a MindSpore machine lacks, and what a torch machine lacks
+TORCH_PACKAGES = ("torch", "diffusers", "functorch", "torchgen", "triton", "nvidia")
+MINDSPORE_PACKAGES = ("mindspore", "mindone")
+
+
+@pytest.fixture(scope="session")
+def mindspore_only_python(tmp_path_factory, mindone):
+    python = venv_without(tmp_path_factory.mktemp("venv") / "mindspore-only", *TORCH_PACKAGES)
+    check = subprocess.run([python, "-c", "import torch"], capture_output=True, text=True)
+    assert check.returncode != 0 and "No module named 'torch'" in check.stderr
+    return python
+
+
+@pytest.fixture(scope="session")
+def torch_only_python(tmp_path_factory):
+    python = venv_without(tmp_path_factory.mktemp("venv") / "torch-only", *MINDSPORE_PACKAGES)
+    check = subprocess.run([python, "-c", "import mindspore"], capture_output=True, text=True)
+    assert check.returncode != 0 and "No module named 'mindspore'" in check.stderr
+    return python

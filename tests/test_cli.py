@@ -32,8 +32,9 @@ def test_compare_writes_report_and_pictures_quietly(tiny_model, mindone, tmp_pat
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == {"verdict": "pass", "out": str(tmp_path / "o")}
     assert out.stderr == ""  # no framework chatter, no progress bars
-    assert sorted(os.listdir(tmp_path / "o")) == ["comparison.png", "divergence.png", "mindspore.safetensors",
-                                                  "report.html", "report.json", "stages.json", "torch.safetensors"]
+    assert sorted(os.listdir(tmp_path / "o")) == ["comparison.png", "divergence.png", "manifest.json",
+                                                  "mindspore.safetensors", "report.html", "report.json",
+                                                  "torch.safetensors"]
 
 
 def test_run_then_compare_two_files(tiny_model, mindone, tmp_path):
@@ -197,13 +198,28 @@ def test_no_command_prints_help():
     assert out.returncode == 2 and "compare" in out.stdout
 
 
-@pytest.mark.parametrize("args", [["compare", "--steps", "1"], ["run", "--backend", "mindspore", "--out", "m.safetensors"],
-                                  ["sweep", "--seeds", "0-1", "--out", "sweep"]])
-def test_a_library_that_cannot_be_imported_is_one_line_and_writes_nothing(args, tmp_path):
+IMPORT_ERROR = ("mindone.diffusers cannot be imported here", "pip install 'xrand[mindspore,diffusers]'")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["compare", "--steps", "1", "--only", "mindspore"], ("--only mindspore: mindspore and mindone must be installed",)),
+    (["run", "--backend", "mindspore", "--out", "m.safetensors"], IMPORT_ERROR),
+    (["sweep", "--seeds", "0-1", "--out", "sweep"], IMPORT_ERROR)])
+def test_a_library_that_cannot_be_imported_is_one_line_and_writes_nothing(args, message, tmp_path):
     """As on an install without MindSpore (xrand[torch,diffusers,compare]): mindone hidden."""
     code = f"import sys; sys.modules['mindone'] = None; from xrand.cli import main; sys.exit(main({args!r}))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(tmp_path), timeout=600)
     lines = out.stderr.strip().splitlines()
     assert out.returncode == 2 and len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
-    assert "mindone.diffusers cannot be imported here" in lines[0] and "pip install 'xrand[mindspore,diffusers]'" in lines[0]
+    assert all(part in lines[0] for part in message), lines[0]
     assert os.listdir(tmp_path) == []
+
+
+def test_compare_without_mindspore_runs_torchs_stages_and_says_what_is_left(tmp_path):
+    code = ("import sys; sys.modules['mindone'] = None; from xrand.cli import main; "
+            "sys.exit(main(['compare', '--steps', '1', '--batch-size', '1', '--quiet', '--out', 'o']))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(tmp_path), timeout=600)
+    assert out.returncode == 0, out.stderr
+    line = json.loads(out.stdout)
+    assert line["verdict"] == "incomplete" and line["done"] == ["torch", "floor"] and line["missing"] == ["mindspore"]
+    assert line["next"] == ["xrand compare --only mindspore --out o"]

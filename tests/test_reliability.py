@@ -220,7 +220,7 @@ def test_a_sweep_killed_by_sigkill_leaves_no_worker_and_the_next_run_resumes(min
 # -- a compare in stages: nothing finished is lost --------------------------------------------------------
 def test_a_compare_killed_during_the_floor_keeps_both_sides_and_the_rerun_runs_only_the_floor(
         tiny_model, mindone, tmp_path, monkeypatch):
-    import xrand.compare.staged as staged
+    import xrand.compare.stages as stages
     from xrand.cli import main
 
     out = str(tmp_path / "o")
@@ -229,32 +229,49 @@ def test_a_compare_killed_during_the_floor_keeps_both_sides_and_the_rerun_runs_o
     def killed(*args, **kwargs):
         raise MemoryError("killed during the floor")
 
-    monkeypatch.setattr(staged, "pipeline_floor", killed)
+    monkeypatch.setattr(stages, "pipeline_floor", killed)
     with pytest.raises(MemoryError):
         main(command)
-    report = json.load(open(os.path.join(out, "report.json")))
-    assert report["stages"] == {"done": ["sides"], "missing": ["floor"]}
-    assert "noise_floor" not in report and report["verdict"] == "pass"
-    assert "(still missing: floor)" in report["summary"]
-    assert {"torch.safetensors", "mindspore.safetensors", "comparison.png", "divergence.png",
-            "report.html"} <= set(os.listdir(out))
-    first_final = report["final"]
+    assert not os.path.exists(os.path.join(out, "report.json"))  # the floor runs before MindSpore's side
+    assert {"torch.safetensors", "manifest.json"} <= set(os.listdir(out))
 
     monkeypatch.undo()
     calls = []
     for name in ("load", "run", "pipeline_floor"):
-        real = getattr(staged, name)
+        real = getattr(stages, name)
 
         def counted(*args, _real=real, _name=name, **kwargs):
             calls.append((_name, args[1] if _name == "load" else args[0].framework))
             return _real(*args, **kwargs)
 
-        monkeypatch.setattr(staged, name, counted)
+        monkeypatch.setattr(stages, name, counted)
     assert main(command) == 0
-    assert calls == [("load", "torch"), ("pipeline_floor", "torch")]  # no side ran again
+    # torch's side not again: the floor on torch, then MindSpore's side
+    assert calls == [("load", "torch"), ("pipeline_floor", "torch"), ("load", "mindspore"), ("run", "mindspore")]
     report = json.load(open(os.path.join(out, "report.json")))
-    assert report["stages"] == {"done": ["sides", "floor"], "missing": []}
-    assert report["final"] == first_final and report["noise_floor"]["rel_l2"] > 0
+    assert report["stages"]["done"] == ["torch", "floor", "mindspore"] and report["stages"]["missing"] == []
+    assert report["noise_floor"]["rel_l2"] > 0
+
+    # killed in MindSpore's side: the report of what exists says what is missing; the rerun runs only it
+    out = str(tmp_path / "p")
+    command[-1] = out
+    monkeypatch.undo()
+    real_run = stages.run
+
+    def dies_on_mindspore(loaded, plan, **kwargs):
+        if loaded.framework == "mindspore":
+            raise MemoryError("killed during MindSpore's side")
+        return real_run(loaded, plan, **kwargs)
+
+    monkeypatch.setattr(stages, "run", dies_on_mindspore)
+    with pytest.raises(MemoryError):
+        main([*command, "--no-noise-floor"])
+    monkeypatch.undo()
+    first = json.load(open(os.path.join(out, "manifest.json")))["stages"]
+    assert list(first) == ["torch"]
+    assert main([*command, "--no-noise-floor"]) == 0
+    again = json.load(open(os.path.join(out, "manifest.json")))["stages"]
+    assert again["torch"] == first["torch"] and list(again) == ["torch", "mindspore"]
 
 
 def test_a_large_models_mindspore_side_runs_in_a_process_of_its_own_with_the_same_result(
@@ -262,7 +279,7 @@ def test_a_large_models_mindspore_side_runs_in_a_process_of_its_own_with_the_sam
     """Above OWN_PROCESS_BYTES of weights (here: any) MindSpore's side runs in a new process, which
     gives its memory back when it ends; its side file and the report are what an in-process run
     gives, and an error there comes back as the same one-line usage error."""
-    import xrand.compare.staged as staged
+    import xrand.compare.stages as staged
     from xrand import UsageError
     from xrand.cli import main
 
@@ -276,7 +293,7 @@ def test_a_large_models_mindspore_side_runs_in_a_process_of_its_own_with_the_sam
     assert children == ["mindspore"]
     here, child = (json.load(open(tmp_path / name / "report.json")) for name in ("here", "child"))
     assert child["final"] == here["final"] and child["noise_floor"] == here["noise_floor"]
-    assert child["stages"] == {"done": ["sides", "floor", "lockstep"], "missing": []}
+    assert child["stages"]["done"] == ["torch", "floor", "mindspore", "lockstep"] and not child["stages"]["missing"]
     assert [s["local"] for s in child["steps"]] == [s["local"] for s in here["steps"]]
 
     # the weights gone after planning: the load fails in the child, and its usage error comes back

@@ -145,7 +145,10 @@ def _frameworks_here(only: Optional[str]) -> List[str]:
     import importlib.util
 
     def installed(name: str) -> bool:
-        return all(importlib.util.find_spec(package) is not None for package in _INSTALLED[name])
+        try:
+            return all(importlib.util.find_spec(package) is not None for package in _INSTALLED[name])
+        except (ImportError, ValueError):  # a package whose import was blocked (sys.modules[name] = None)
+            return False
 
     if only is not None:
         if not installed(only):
@@ -200,19 +203,19 @@ def _compare_in_stages(args, out_dir: str) -> int:
     comparison = outcome.comparison
     paths = write_report(comparison, out_dir) if comparison is not None else {}
     if outcome.missing:
-        return _incomplete(args, outcome, out_dir)
+        return _incomplete(args, outcome, out_dir, store.manifest["plan"].get("embedded_model"))
     verdict = [comparison.verdict()] + ([] if comparison.layers is None else [comparison.layers.summary()])
     return _finish(args, comparison.passed, verdict, "report and pictures", out_dir, paths)
 
 
-def _incomplete(args, outcome, out_dir: str) -> int:
+def _incomplete(args, outcome, out_dir: str, embedded_model: bool) -> int:
     """Stages are left for another machine: say which, how large the folder is, and the command."""
     from .compare.stages import framework_of
 
     others = sorted({framework_of(s) for s in outcome.missing})
     megabytes = sum(outcome.bytes.values()) / 1e6
-    commands = [f"xrand compare --only {fw} --out {out_dir}" + (" --model PATH" if fw == "mindspore" else "")
-                for fw in others]
+    model = "" if embedded_model else " [--model PATH]"  # the model folder's path there, where it differs
+    commands = [f"xrand compare --only {fw} --out {out_dir}" + (model if fw == "mindspore" else "") for fw in others]
     if args.quiet:
         print(json.dumps({"verdict": "incomplete", "done": outcome.done, "missing": outcome.missing,
                           "next": commands, "out": out_dir}))

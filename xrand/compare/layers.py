@@ -681,3 +681,12 @@ def mindspore_layers_at_step(ms_side: Any, plan: Any, torch_part: TorchLayers, t
         return mindspore_layers(torch_part.reader, torch_part.meta, plan.recipe.denoiser_of(ms_side.pipe),
                                 threshold=options.threshold, dump=options.dump, dump_dir=options.dump_dir,
                                 step=k, timestep=timesteps[k] if k < len(timesteps) else None)
+
+
+def layers_at_step(torch_side: Any, ms_side: Any, plan: Any, recording: Any, timesteps: Sequence[float]
+                   ) -> LayerReport:
+    """Both halves in one process, the record in memory: :func:`torch_layers_at_step`, then
+    :func:`mindspore_layers_at_step` (as the stages of :mod:`.stages` run them)."""
+    torch_part = torch_layers_at_step(torch_side, plan, recording)
+    report = mindspore_layers_at_step(ms_side, plan, torch_part, timesteps)
+    return report

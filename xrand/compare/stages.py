@@ -35,7 +35,7 @@ from ..pipelines.folder import component_digests
 from ..pipelines.settings import Settings
 from .boundary import Recording
 from .floor import pipeline_floor
-from .layers import (LayerOptions, LayerReport, TorchLayers, check_module_names, mindspore_layers_at_step,
+from .layers import (LayerOptions, LayerReport, TorchLayers, check_module_names, check_scope, mindspore_layers_at_step,
                      torch_layers_at_step)
 from .plan import Plan, make_plan
 from .records import RecordReader, RecordWriter, check_file, file_entry
@@ -550,8 +550,10 @@ def run_stages(store: Store, pipes: Any, frameworks: Sequence[str] = ("torch", "
     if done_before and store.folder is not None:
         say(f"xrand: {store.folder}/ holds this comparison's {', '.join(done_before)}; "
             f"running {', '.join(todo) or 'nothing more here'}")
-    if asks.layers is not None and asks.layers.dump and "torch layers" in todo:  # before anything is written
-        check_module_names(plan.recipe.denoiser_of(pipes.get("torch").pipe), asks.layers.dump)
+    if asks.layers is not None and (asks.layers.dump or asks.layers.scope) and "torch layers" in todo:
+        denoiser = plan.recipe.denoiser_of(pipes.get("torch").pipe)  # the names checked before anything is written
+        check_module_names(denoiser, asks.layers.dump)
+        check_scope((name for name, _ in denoiser.named_modules()), asks.layers.scope, type(denoiser).__name__)
     if todo:
         store.start(frameworks)
 

@@ -1,0 +1,178 @@
+"""A comparison split across two machines: torch's stages where torch is installed, MindSpore's
+where only MindSpore is (no torch, no diffusers), the report anywhere; the same numbers as one
+process, bit for bit. Each machine is a virtual environment of its own, made from this one's
+packages less the other framework's (conftest.venv_without)."""
+import json
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+pytest.importorskip("diffusers")
+
+from conftest import make_tiny_model  # noqa: E402
+
+from xrand.cli import main  # noqa: E402
+from xrand.models import build_tiny  # noqa: E402
+
+PROMPT = ["--prompt", "a red circle"]
+TINY_TEXT = ["--height", "32", "--width", "32", "--call-option", "max_sequence_length=32"]
+
+
+def cli(python, *args, cwd=None):
+    return subprocess.run([python, "-m", "xrand", *args], capture_output=True, text=True, timeout=900, cwd=cwd)
+
+
+def report(folder):
+    with open(os.path.join(folder, "report.json")) as f:
+        return json.load(f)
+
+
+def numbers(r):
+    """Everything a report says about the two frameworks' numbers (not timings or machines)."""
+    layers = r.get("layers")
+    if layers is not None:
+        layers = {k: v for k, v in layers.items() if k != "seconds"}
+    return {"summary": r["summary"], "final": r["final"], "initial_noise": r["initial_noise"], "steps": r["steps"],
+            "noise_floor": r.get("noise_floor"), "layers": layers}
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("two-machines")
+    return {"sd": str(build_tiny("sd", root / "sd")), "flux": str(build_tiny("flux", root / "flux"))}
+
+
+CASES = {  # model (None: the embedded digits model), the compare's settings
+    "digits": (None, ["--steps", "3", "--lockstep", "--layers", "--layers-step", "1"]),
+    "sd": ("sd", ["--steps", "2", *PROMPT, "--lockstep", "--layers"]),
+    "flux": ("flux", ["--steps", "2", *PROMPT, *TINY_TEXT, "--lockstep"]),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_comparison_split_across_a_torch_and_a_mindspore_machine_gives_the_one_process_report_bit_for_bit(
+        case, models, torch_only_python, mindspore_only_python, tmp_path):
+    model, settings = CASES[case]
+    model_args = [] if model is None else ["--model", models[model]]
+    one, two = str(tmp_path / "one"), str(tmp_path / "two")
+    assert main(["compare", *model_args, *settings, "--batch-size", "1", "--quiet", "--out", one]) == 0
+
+    torch_side = cli(torch_only_python, "compare", *model_args, *settings, "--batch-size", "1", "--only", "torch",
+                     "--out", two)
+    assert torch_side.returncode == 0, torch_side.stderr
+    assert "still to run: mindspore" in torch_side.stdout and "--only mindspore --out" in torch_side.stdout
+    assert not os.path.exists(os.path.join(two, "report.json"))  # no MindSpore side yet
+
+    # the folder travels; MindSpore's machine holds the model elsewhere and takes every setting from the folder
+    there = shutil.copytree(two, tmp_path / "copied")
+    moved = [] if model is None else ["--model", shutil.copytree(models[model], tmp_path / "model-there")]
+    ms_side = cli(mindspore_only_python, "compare", "--only", "mindspore", "--out", str(there), *moved)
+    assert ms_side.returncode == 0, ms_side.stderr
+    assert numbers(report(there)) == numbers(report(one))
+    split = report(there)
+    assert split["stages"]["missing"] == []
+    if "--layers" in settings:
+        assert split["layers"]["modules"] and split["stages"]["bytes"]["torch layers"] > 0
+
+
+def test_the_report_is_written_from_the_folder_on_a_machine_without_torch_or_mindspore(
+        models, torch_only_python, mindspore_only_python, tmp_path):
+    out = str(tmp_path / "o")
+    args = ["compare", "--steps", "2", "--batch-size", "1", "--lockstep", "--out", out]
+    assert cli(torch_only_python, *args, "--only", "torch").returncode == 0
+    assert cli(mindspore_only_python, "compare", "--only", "mindspore", "--out", out).returncode == 0
+    first = report(out)
+    for name in ("report.json", "report.html", "comparison.png"):
+        os.remove(os.path.join(out, name))
+    from conftest import MINDSPORE_PACKAGES, TORCH_PACKAGES, venv_without
+
+    python = venv_without(tmp_path / "neither", *TORCH_PACKAGES, *MINDSPORE_PACKAGES)
+    again = cli(python, "compare", "--out", out)
+    assert again.returncode == 0, again.stderr
+    assert numbers(report(out)) == numbers(first) and os.path.exists(os.path.join(out, "report.html"))
+
+
+# -- bad input, nothing lost ---------------------------------------------------------------------------
+def one_line_error(out, *parts):
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
+    for part in parts:
+        assert part in lines[0], lines[0]
+
+
+@pytest.fixture(scope="module")
+def torch_done(tmp_path_factory, torch_only_python):
+    """A tiny model and a comparison folder holding torch's stages (lockstep and layers)."""
+    root = tmp_path_factory.mktemp("torch-done")
+    model = make_tiny_model(root / "model")
+    out = str(root / "out")
+    done = cli(torch_only_python, "compare", "--model", model, "--steps", "2", "--batch-size", "1", "--lockstep",
+               "--layers", "--only", "torch", "--out", out)
+    assert done.returncode == 0, done.stderr
+    return model, out
+
+
+def test_mindspore_stages_before_torchs_records_name_the_missing_stage_and_its_command(
+        mindspore_only_python, tmp_path):
+    out = cli(mindspore_only_python, "compare", "--steps", "2", "--lockstep", "--only", "mindspore", "--out",
+              str(tmp_path / "o"))
+    one_line_error(out, "the stage 'lockstep' needs torch's stage 'torch'", "xrand compare --only torch")
+    refused = cli(mindspore_only_python, "compare", "--only", "torch", "--out", str(tmp_path / "p"))
+    one_line_error(refused, "--only torch: torch and diffusers must be installed here")
+
+
+def test_a_truncated_or_edited_record_is_named(torch_done, mindspore_only_python, tmp_path):
+    model, done = torch_done
+    for edit in ("truncate", "edit"):
+        out = shutil.copytree(done, tmp_path / edit)
+        record = out / "records" / "torch-run-00000.safetensors"
+        data = bytearray(record.read_bytes())
+        if edit == "truncate":
+            data = data[:-100]
+        else:
+            data[-5] ^= 0xFF
+        record.write_bytes(bytes(data))
+        refused = cli(mindspore_only_python, "compare", "--only", "mindspore", "--out", str(out))
+        one_line_error(refused, str(record), "truncated or edited")
+
+
+def test_a_model_folder_of_other_weights_is_refused_naming_the_component(torch_done, mindspore_only_python,
+                                                                         tmp_path):
+    from safetensors.numpy import load_file, save_file
+
+    model, done = torch_done
+    other = shutil.copytree(model, tmp_path / "other")
+    weights = other / "unet" / "diffusion_pytorch_model.safetensors"
+    tensors = load_file(str(weights))
+    name = sorted(tensors)[0]
+    tensors[name] = tensors[name] + np.float32(1e-3)
+    save_file(tensors, str(weights))
+    out = shutil.copytree(done, tmp_path / "out")
+    refused = cli(mindspore_only_python, "compare", "--only", "mindspore", "--out", str(out), "--model", str(other))
+    one_line_error(refused, "the weights of unet in", "are not the ones")
+    gone = cli(mindspore_only_python, "compare", "--only", "mindspore", "--out", str(out), "--model",
+               str(tmp_path / "nowhere"))
+    assert gone.returncode == 2 and "Traceback" not in gone.stderr
+
+
+def test_layers_scope_records_only_the_modules_under_it_with_the_full_runs_numbers(tmp_path, mindone):
+    full, scoped = str(tmp_path / "full"), str(tmp_path / "scoped")
+    args = ["compare", "--steps", "2", "--batch-size", "1", "--layers", "--no-noise-floor", "--quiet"]
+    assert main([*args, "--out", full]) == 0
+    assert main([*args, "--layers-scope", "down_blocks.1", "--out", scoped]) == 0
+    a, b = report(full)["layers"], report(scoped)["layers"]
+    names = [m["name"] for m in b["modules"]]
+    assert names[0] == "" and all(n == "down_blocks.1" or n.startswith("down_blocks.1.") for n in names[1:])
+    assert len(names) > 2 and b["scope"] == ["down_blocks.1"]
+    by_label = {(m["name"], m.get("call", 0)): m for m in a["modules"]}
+    for m in b["modules"][1:]:  # a scoped module's errors are the full run's
+        full_m = by_label[(m["name"], m.get("call", 0))]
+        assert (m["rel_l2"], m["local_rel_l2"], m["floor_rel_l2"]) == \
+            (full_m["rel_l2"], full_m["local_rel_l2"], full_m["floor_rel_l2"])
+    sizes = report(full)["stages"]["bytes"]["torch layers"], report(scoped)["stages"]["bytes"]["torch layers"]
+    assert sizes[1] < sizes[0] / 2
+    assert main([*args, "--layers-scope", "down_blocks.9", "--out", str(tmp_path / "bad")]) == 2
+    assert not os.path.exists(tmp_path / "bad" / "torch.safetensors")  # refused before anything ran
