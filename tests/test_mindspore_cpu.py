@@ -88,6 +88,37 @@ def test_install_is_a_no_op_off_the_cpu(monkeypatch):
     assert _originals() == before
 
 
+def test_a_fallback_is_one_decorated_function_installed_where_its_decorator_says(monkeypatch):
+    from xrand.mindspore_cpu import ops
+
+    monkeypatch.setattr(ops, "STAND_INS", list(ops.STAND_INS))  # the registry as it was, after the test
+
+    @ops.fallback_for("mindspore.mint.mm")
+    def _mm(input, mat2):
+        """mint.mm (kernel Mm, no CPU version): ops.matmul."""
+        return ms.ops.matmul(input, mat2)
+
+    original, a, b = mint.mm, _rand(2, 3), _rand(3, 4, seed=1)
+    mindspore_cpu.install()
+    assert mint.mm is _mm
+    np.testing.assert_allclose(mint.mm(ms.tensor(a), ms.tensor(b)).asnumpy(), a @ b, rtol=1e-5)
+    mindspore_cpu.uninstall()
+    assert mint.mm is original
+
+
+def test_a_bfloat16_stand_in_is_one_decorated_wrapper_and_lists_its_kernel(monkeypatch):
+    from xrand.mindspore_cpu import ops
+
+    monkeypatch.setattr(ops, "STAND_INS", list(ops.STAND_INS))
+    ops.half_precision_for({"mindspore.mint.neg": "Neg"})(ops.half_stand_in)
+    original, x = mint.neg, ms.tensor(_rand(3)).astype(ms.bfloat16)
+    with mindspore_cpu.half_precision() as ran:
+        assert mint.neg is not original
+        out = mint.neg(x)
+    assert mint.neg is original and ran["Neg"] == ["bfloat16"] and out.dtype == ms.bfloat16
+    np.testing.assert_array_equal(out.astype(ms.float32).asnumpy(), -x.astype(ms.float32).asnumpy())
+
+
 @pytest.mark.parametrize("args, kwargs", [((5,), {}), ((2, 11, 3), {}), ((0.0, 1.0, 0.25), {}),
                                           ((0, 4), {"dtype": ms.float32})])
 def test_arange_matches_numpy(fallbacks, args, kwargs):

@@ -1,10 +1,16 @@
 """The stand-ins: the same math as each missing ``mindspore.mint`` kernel, from operators a CPU has.
 
-:func:`targets` lists where each one goes; :mod:`.install` puts them there.
+Each is registered where it is defined, by :func:`fallback_for` (a kernel the CPU lacks) or
+:func:`half_precision_for` (one without bfloat16); :func:`targets` and :func:`half_targets` read
+the registry, and :mod:`.install` puts the stand-ins in place.
 """
 
 
 from __future__ import annotations
+
+import pkgutil
+from dataclasses import dataclass
+from typing import Callable
 
 import mindspore as ms
 from mindspore import ops
@@ -12,6 +18,67 @@ from mindspore import ops
 # Whether _conv2d runs MindSpore's Conv2D (set by runtime.cap_onednn_isa; compiled into graphs
 # as a constant).
 conv2d_by_onednn = False
+
+
+# ---------------------------------------------------------------- the registry
+@dataclass(frozen=True)
+class StandIn:
+    """One registered stand-in and the operator it replaces (``target``, a dotted path such as
+    ``"mindspore.mint.arange"`` or ``"mindspore.Tensor.lerp"``, imported only when it is read).
+
+    ``kind`` "fallback": ``function`` is the replacement. "half": ``function(kernel, original)``
+    makes it from the operator there now, ``kernel`` the name a report lists.
+    """
+    kind: str
+    target: str
+    function: Callable
+    kernel: str = ""
+
+
+#: Every stand-in, in the order registered (the order of this file).
+STAND_INS: list[StandIn] = []
+
+
+def fallback_for(*targets: str):
+    """Decorator: registers the function (or class) as the replacement of each ``target`` on a CPU."""
+    def register(function):
+        STAND_INS.extend(StandIn("fallback", target, function) for target in targets)
+        return function
+
+    return register
+
+
+def half_precision_for(kernels: dict[str, str]):
+    """Decorator on ``make(kernel, original) -> stand-in``: registers it for each ``target: kernel``
+    of ``kernels``, the operators with no bfloat16 CPU kernel."""
+    def register(make):
+        STAND_INS.extend(StandIn("half", target, make, kernel) for target, kernel in kernels.items())
+        return make
+
+    return register
+
+
+def _owner(target: str) -> tuple[object, str]:
+    """(owner, attribute name) of a dotted target, importing the owner's module."""
+    owner, _, attribute = target.rpartition(".")
+    return pkgutil.resolve_name(owner), attribute
+
+
+def targets() -> list[tuple[object, str, object]]:
+    """(owner, attribute, fallback) for each operator replaced on a CPU."""
+    return [(*_owner(s.target), s.function) for s in STAND_INS if s.kind == "fallback"]
+
+
+def half_targets() -> list[tuple[object, str, object]]:
+    """(owner, attribute, stand-in) for each operator given a bfloat16 stand-in, wrapping what is
+    there now (the CPU fallbacks of :func:`targets` where installed). PyNative only: the
+    stand-ins note in Python which ran (:data:`half_ran`)."""
+    out = []
+    for s in STAND_INS:
+        if s.kind == "half":
+            owner, attribute = _owner(s.target)
+            out.append((owner, attribute, s.function(s.kernel, getattr(owner, attribute))))
+    return out
 
 
 # ---------------------------------------------------------------- the fallbacks
@@ -25,11 +92,13 @@ conv2d_by_onednn = False
 # (InplaceNormal), mint.nn.functional.unfold (Im2ColExt).
 
 
+@fallback_for("mindspore.mint.arange")
 def _arange(start=0, end=None, step=1, *, dtype=None):
     """mint.arange: kernel Arange has no CPU version; ops.arange (Range) has."""
     return ops.arange(start, end, step, dtype=dtype)
 
 
+@fallback_for("mindspore.mint.baddbmm")
 def _baddbmm(input, batch1, batch2, *, beta=1, alpha=1):
     """mint.baddbmm (kernel Baddbmm): beta * input + alpha * (batch1 @ batch2).
 
@@ -45,6 +114,7 @@ def _baddbmm(input, batch1, batch2, *, beta=1, alpha=1):
     return out + input
 
 
+@fallback_for("mindspore.mint.nn.functional.pad")
 def _pad(input, pad, mode="constant", value=None):
     """mint.nn.functional.pad (kernel ConstantPadND): ops.pad (PadV3) has a CPU kernel."""
     if isinstance(pad, tuple) and not pad:
@@ -58,6 +128,7 @@ def _pair(value):
     return value[0], value[1]
 
 
+@fallback_for("mindspore.mint.nn.functional.conv2d")
 def _conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """mint.nn.functional.conv2d (kernel Conv2DExt): MindSpore's CPU Conv2D, or im2col and a matmul.
 
@@ -91,6 +162,7 @@ def _conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1)
     return out.reshape(n, out_channels, oh, ow)
 
 
+@fallback_for("mindspore.mint.nn.Conv2d.construct")
 def _conv2d_construct(self, input):
     """mint.nn.Conv2d.construct, calling the CPU conv2d instead of conv2d_ext_op."""
     if self.padding_mode != "zeros":
@@ -100,6 +172,8 @@ def _conv2d_construct(self, input):
 
 
 # ------------------------------------------------ schedulers and Stable Diffusion
+# Schedulers: DDPM, IPNDM, KDPM2, UniPC, SASolver, EDMEuler, DPMSolverSDE, Cosine...; Stable
+# Diffusion: its CLIP text encoder and transformer blocks.
 _INTEGER_DTYPES = (ms.bool_, ms.int8, ms.int16, ms.int32, ms.int64, ms.uint8, ms.uint16, ms.uint32, ms.uint64)
 
 
@@ -108,6 +182,7 @@ def _to_float(x):
     return x.astype(ms.float32) if x.dtype in _INTEGER_DTYPES else x
 
 
+@fallback_for("mindspore.mint.atan2")
 def _atan2(input, other):
     """mint.atan2 (kernel Atan2Ext): ops.atan2 (Atan2) after torch's integer-to-float promotion."""
     input, other = _to_float(input), _to_float(other)
@@ -116,16 +191,19 @@ def _atan2(input, other):
     return ops.atan2(input, other)
 
 
+@fallback_for("mindspore.mint.stack")
 def _stack(tensors, dim=0):
     """mint.stack (kernel StackExt): ops.stack (Stack) has a CPU kernel."""
     return ops.stack(tuple(tensors), dim)
 
 
+@fallback_for("mindspore.mint.zeros_like")
 def _zeros_like(input, *, dtype=None):
     """mint.zeros_like (kernel ZerosLikeExt): ops.zeros (Zeros) of the input's shape and dtype."""
     return ops.zeros(input.shape, input.dtype if dtype is None else dtype)
 
 
+@fallback_for("mindspore.mint.ones_like")
 def _ones_like(input, *, dtype=None):
     """mint.ones_like (kernel OnesLikeExt; LTX's rotary embedding pads with it): ops.ones (Ones)
     of the input's shape and dtype."""
@@ -142,6 +220,7 @@ def _fill_dtype(fill_value, dtype):
     return ms.int64 if isinstance(fill_value, int) else ms.float32
 
 
+@fallback_for("mindspore.mint.full")
 def _full(size, fill_value, *, dtype=None):
     """mint.full (kernel FillScalar): ops.fill (Fill); dtype inferred from the value as torch does.
 
@@ -153,6 +232,7 @@ def _full(size, fill_value, *, dtype=None):
     return ops.fill(dtype, tuple(size), fill_value)
 
 
+@fallback_for("mindspore.mint.linspace")
 def _linspace(start, end, steps, *, dtype=None):
     """mint.linspace (kernel LinSpaceExt) with torch's CPU formula, so the values match torch bit for bit.
 
@@ -178,11 +258,13 @@ def _linspace(start, end, steps, *, dtype=None):
     return ops.where(index < steps // 2, up, down).astype(dtype)
 
 
+@fallback_for("mindspore.mint.log")
 def _log(input):
     """mint.log: the CPU Log kernel has no integer types; torch returns float32 for them."""
     return ops.log(_to_float(input))
 
 
+@fallback_for("mindspore.Tensor.lerp", "mindspore.mint.lerp")
 def _lerp(input, end, weight):
     """Tensor.lerp / mint.lerp with torch's formula: MindSpore's Lerp turns a -inf start into NaN.
 
@@ -198,6 +280,7 @@ def _lerp(input, end, weight):
     return end - diff * (1 - weight)
 
 
+@fallback_for("mindspore.Tensor.nonzero")
 def _nonzero(input, *, as_tuple=False):
     """Tensor.nonzero: as_tuple=True has only an Ascend kernel (NonZeroExt); the CPU's NonZero
     gives the (n, ndim) index matrix, whose columns are the tuple. A 0-d tensor counts as 1-d,
@@ -212,11 +295,13 @@ def _nonzero(input, *, as_tuple=False):
     return tuple(indices[:, i] for i in range(input.ndim))
 
 
+@fallback_for("mindspore.mint.nn.functional.gelu")
 def _gelu(input, approximate="none"):
     """mint.nn.functional.gelu (kernel GeluExt): ops.gelu (GeLU / FastGeLU tanh form)."""
     return ops.gelu(input, approximate=approximate)
 
 
+@fallback_for("mindspore.mint.nn.functional.layer_norm")
 def _layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """mint.nn.functional.layer_norm (kernel LayerNormExt): the LayerNorm primitive, which has a CPU
     kernel, over the last ``len(normalized_shape)`` axes."""
@@ -233,11 +318,13 @@ def _layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     return ops.LayerNorm(axis, axis, eps)(input, weight, bias)[0]
 
 
+@fallback_for("mindspore.mint.nn.LayerNorm.construct")
 def _layer_norm_construct(self, input):
     """mint.nn.LayerNorm.construct (LayerNormExt), calling the CPU layer norm."""
     return _layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
 
 
+@fallback_for("mindone.diffusers.models.activations.GEGLU.construct")
 def _geglu_construct(self, hidden_states):
     """mindone's GEGLU.construct without Tensor.chunk: in graph mode chunk compiles to the Chunk
     kernel, which the CPU lacks (PyNative splits in Python); ops.split makes the same two halves."""
@@ -250,12 +337,14 @@ def _geglu_construct(self, hidden_states):
 # Found running mindone 0.5.0's pipelines of those families on the tiny folders of xrand.models.
 
 
+@fallback_for("mindspore.mint.outer")
 def _outer(input, vec2):
     """mint.outer (kernel Outer; SD3/PixArt's 2-D sincos position embedding): one product per
     element, as torch computes it, float32 with float64 giving float64."""
     return input.reshape((-1, 1)) * vec2.reshape((1, -1))
 
 
+@fallback_for("mindspore.mint.nn.functional.embedding")
 def _embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False):
     """mint.nn.functional.embedding (kernel Embedding; T5 and UMT5 token embeddings): the rows of
     ``weight`` that ``input`` indexes, by Gather. ``padding_idx`` and ``scale_grad_by_freq`` only
@@ -268,6 +357,7 @@ def _embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sc
     return ops.where(norms > max_norm, rows * (max_norm / (norms + 1e-7)), rows)
 
 
+@fallback_for("mindspore.mint.nn.Embedding.construct")
 def _embedding_construct(self, input):
     """mint.nn.Embedding.construct (kernel Embedding), calling the CPU embedding."""
     return _embedding(input, self.weight, self.padding_idx, self.max_norm, self.norm_type, self.scale_grad_by_freq)
@@ -299,6 +389,7 @@ def _einsum_plan(equation, ndims):
     return spelled, output
 
 
+@fallback_for("mindspore.mint.einsum")
 def _einsum(equation, *operands):
     """mint.einsum ("einsum only supports Ascend"; SD3/PixArt's unpatchify "nhwpqc->nchpwq"):
     each operand's axes permuted to one letter order, broadcast, multiplied, the summed
@@ -324,6 +415,7 @@ def _einsum(equation, *operands):
     return result
 
 
+@fallback_for("mindspore.Tensor.repeat_interleave", "mindspore.mint.repeat_interleave")
 def _repeat_interleave(input, repeats, dim=None, *, output_size=None):
     """Tensor.repeat_interleave / mint.repeat_interleave (kernels RepeatInterleaveInt and
     RepeatInterleaveTensor; Flux's rotary embedding, PixArt's attention mask): int repeats copy
@@ -343,6 +435,7 @@ def _repeat_interleave(input, repeats, dim=None, *, output_size=None):
 _FLOAT_MIN = {ms.float16: -65504.0, ms.bfloat16: -3.3895313892515355e38, ms.float32: -3.4028234663852886e38}
 
 
+@fallback_for("mindspore.ops.operations.nn_ops.FlashAttentionScore")
 @ms.jit_class
 class _FlashAttentionScore:
     """ops.operations.nn_ops.FlashAttentionScore (Ascend only): Flux's and Wan's attention go
@@ -389,6 +482,7 @@ class _FlashAttentionScore:
         return None, None, None, out
 
 
+@fallback_for("mindspore.mint.randn")
 def _randn(*size, generator=None, dtype=None):
     """mint.randn (kernel InplaceNormal; mindone's BasicTransformerBlock draws PixArt's
     ``scale_shift_table`` with it when the model is built, and loading the weights replaces it):
@@ -402,6 +496,7 @@ def _randn(*size, generator=None, dtype=None):
     return ops.standard_normal(tuple(size)).astype(ms.float32 if dtype is None else dtype)
 
 
+@fallback_for("mindone.diffusers.models.attention_processor.Attention.math_attention_op")
 def _math_attention_op(self, query, key, value, attn_mask=None):
     """mindone's ``Attention.math_attention_op``, its own attention where FlashAttentionScore is
     missing (any target but Ascend), with a 4-D mask flattened as it flattens query, key and
@@ -420,6 +515,7 @@ def _math_attention_op(self, query, key, value, attn_mask=None):
     return hidden_states.reshape(shape[:-1] + (value.shape[-1],))
 
 
+@fallback_for("mindspore.mint.nn.functional.conv3d")
 def _conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """mint.nn.functional.conv3d (kernel Conv3DExt; Wan's patch embedding and causal 3-D VAE):
     MindSpore's Conv3D, which has a CPU kernel (oneDNN's)."""
@@ -428,6 +524,7 @@ def _conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1)
     return ops.conv3d(input, weight, bias, stride, "pad", padding, dilation, groups)
 
 
+@fallback_for("mindspore.mint.nn.Conv3d.construct")
 def _conv3d_construct(self, input):
     """mint.nn.Conv3d.construct, calling the CPU conv3d instead of conv3d_ext_op."""
     if self.padding_mode != "zeros":
@@ -436,6 +533,7 @@ def _conv3d_construct(self, input):
     return _conv3d(input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
 
 
+@fallback_for("mindspore.Tensor.clone", "mindspore.mint.clone")
 def _clone(input, *, memory_format=None):
     """Tensor.clone / mint.clone (kernel Clone; Wan's VAE keeps its causal cache with it): a new
     tensor holding the same values, by ops.deepcopy (Identity). ``memory_format`` has no
@@ -443,6 +541,7 @@ def _clone(input, *, memory_format=None):
     return ops.deepcopy(input)
 
 
+@fallback_for("mindspore.Tensor.repeat")
 def _repeat(input, *repeats):
     """Tensor.repeat (MindSpore 2.10's tensor_method.py raises "'repeat' is not supported on this
     device" off Ascend; mindone's Flux Kontext repeats its CLIP embedding with it): torch's
@@ -455,6 +554,7 @@ def _repeat(input, *repeats):
     return ops.tile(input, tuple(repeats))
 
 
+@fallback_for("mindspore.mint.nn.functional.normalize")
 def _normalize(input, p=2.0, dim=1, eps=1e-12):
     """mint.nn.functional.normalize (kernel LinalgVectorNorm; Wan's RMS norms): ``input`` over its
     ``p``-norm along ``dim``, the norm clamped at ``eps``, as torch computes it."""
@@ -489,13 +589,14 @@ def _note_half(name, dtype):
     half_ran[name] = sorted(set(half_ran.get(name, [])) | {str(dtype).lower()})
 
 
-def _linear_half(original):
+@half_precision_for({"mindspore.mint.nn.Linear.construct": "Dense (mint.nn.Linear)"})
+def _linear_half(kernel, original):
     """mint.nn.Linear.construct (kernel Dense / MatMul: no bfloat16 on a CPU): the matmul and the
     bias in float32, rounded once to bfloat16; other dtypes run ``original``."""
     def construct(self, x):
         if x.dtype != ms.bfloat16:
             return original(self, x)
-        _note_half("Dense (mint.nn.Linear)", x.dtype)
+        _note_half(kernel, x.dtype)
         out = ops.matmul(x.astype(ms.float32).reshape(-1, x.shape[-1]), self.weight.astype(ms.float32).T)
         if self.bias is not None:
             out = out + self.bias.astype(ms.float32)
@@ -504,13 +605,14 @@ def _linear_half(original):
     return construct
 
 
-def _conv2d_half(original):
+@half_precision_for({"mindspore.mint.nn.Conv2d.construct": "Conv2D (mint.nn.Conv2d)"})
+def _conv2d_half(kernel, original):
     """mint.nn.Conv2d.construct (kernel Conv2D: no bfloat16 on a CPU): the conv in float32 from the
     bfloat16 input, weight and bias, rounded once; other dtypes run ``original``."""
     def construct(self, input):
         if input.dtype != ms.bfloat16:
             return original(self, input)
-        _note_half("Conv2D (mint.nn.Conv2d)", input.dtype)
+        _note_half(kernel, input.dtype)
         bias = None if self.bias is None else self.bias.astype(ms.float32)
         x, weight = input.astype(ms.float32), self.weight.astype(ms.float32)
         padding = self.padding
@@ -521,27 +623,29 @@ def _conv2d_half(original):
     return construct
 
 
-def _nn_embedding_half(original):
+@half_precision_for({"mindspore.nn.Embedding.construct": "Gather (nn.Embedding)"})
+def _nn_embedding_half(kernel, original):
     """mindspore.nn.Embedding.construct (kernel Gather: no bfloat16 on a CPU; mindone.transformers'
     CLIP token and position embeddings): the rows gathered from the float32 table, cast back
     (exact); other dtypes run ``original``."""
     def construct(self, ids):
         if self.embedding_table.dtype != ms.bfloat16:
             return original(self, ids)
-        _note_half("Gather (nn.Embedding)", ms.bfloat16)
+        _note_half(kernel, ms.bfloat16)
         rows = ops.gather(self.embedding_table.astype(ms.float32), ids.reshape((-1,)), 0)
         return rows.reshape(ids.shape + (self.embedding_size,)).astype(ms.bfloat16)
 
     return construct
 
 
-def _nn_layer_norm_half(original):
+@half_precision_for({"mindspore.nn.LayerNorm.construct": "LayerNorm (nn.LayerNorm)"})
+def _nn_layer_norm_half(kernel, original):
     """mindspore.nn.LayerNorm.construct (kernel LayerNorm: no bfloat16 on a CPU; mindone.transformers'
     CLIP): the norm in float32, rounded once; other dtypes run ``original``."""
     def construct(self, input_x):
         if input_x.dtype != ms.bfloat16:
             return original(self, input_x)
-        _note_half("LayerNorm (nn.LayerNorm)", ms.bfloat16)
+        _note_half(kernel, ms.bfloat16)
         y, _, _ = self.layer_norm(input_x.astype(ms.float32), self.gamma.astype(ms.float32),
                                   self.beta.astype(ms.float32))
         return y.astype(ms.bfloat16)
@@ -549,13 +653,14 @@ def _nn_layer_norm_half(original):
     return construct
 
 
-def _nn_dense_half(original):
+@half_precision_for({"mindspore.nn.Dense.construct": "MatMul (nn.Dense)"})
+def _nn_dense_half(kernel, original):
     """mindspore.nn.Dense.construct (kernel MatMul: no bfloat16 on a CPU; mindone.transformers'
     CLIP): the matmul, bias and activation in float32, rounded once; other dtypes run ``original``."""
     def construct(self, x):
         if x.dtype != ms.bfloat16:
             return original(self, x)
-        _note_half("MatMul (nn.Dense)", ms.bfloat16)
+        _note_half(kernel, ms.bfloat16)
         out = self.matmul(x.astype(ms.float32).reshape(-1, x.shape[-1]), self.weight.astype(ms.float32))
         if self.has_bias:
             out = out + self.bias.astype(ms.float32)
@@ -598,6 +703,48 @@ def _keeps_bfloat16(values) -> bool:
     return not any(v.ndim > 0 and v.dtype in (ms.float32, ms.float64) for v in _tensors(values))
 
 
+@half_precision_for({
+    # Tensor methods: the schedulers' arithmetic on bfloat16 samples
+    "mindspore.Tensor.__truediv__": "RealDiv", "mindspore.Tensor.__rtruediv__": "RealDiv",
+    "mindspore.Tensor.__rsub__": "Sub (scalar)", "mindspore.Tensor.__mul__": "Mul", "mindspore.Tensor.__rmul__": "Mul",
+    "mindspore.Tensor.clamp": "Maximum and Minimum (clamp)", "mindspore.Tensor.masked_fill": "MaskedFill",
+    "mindspore.Tensor.tile": "Tile", "mindspore.Tensor.broadcast_to": "BroadcastTo",
+    "mindspore.Tensor.expand": "BroadcastTo (expand)", "mindspore.Tensor.__add__": "Add",
+    "mindspore.Tensor.__radd__": "Add", "mindspore.Tensor.__sub__": "Sub", "mindspore.Tensor.sum": "ReduceSum",
+    "mindspore.Tensor.mean": "ReduceMean", "mindspore.Tensor.sqrt": "Sqrt", "mindspore.Tensor.exp": "Exp",
+    "mindspore.Tensor.abs": "Abs", "mindspore.Tensor.__getitem__": "GatherNd (indexing)",
+    # functions
+    "mindspore.mint.nn.functional.silu": "Sigmoid (silu)",
+    "mindspore.ops.group_norm": "GroupNorm",
+    "mindspore.mint.nn.functional.group_norm": "GroupNorm",
+    "mindspore.mint.bmm": "BatchMatMulExt (bmm)",
+    "mindspore.mint.baddbmm": "BatchMatMul (baddbmm)",
+    "mindspore.ops.bmm": "BatchMatMul (bmm)",
+    "mindspore.mint.matmul": "MatMulExt (matmul)",
+    "mindspore.mint.nn.functional.softmax": "Softmax",
+    "mindspore.ops.gather": "Gather",
+    "xrand.mindspore_cpu.ops._layer_norm": "LayerNorm",  # the one mint.nn.LayerNorm.construct calls
+    "mindspore.ops.gelu": "GeLU",
+    "mindspore.ops.softmax": "Softmax",
+    "mindspore.mint.sigmoid": "Sigmoid",
+    "mindspore.mint.exp": "Exp",
+    "mindspore.mint.sin": "Sin",
+    "mindspore.mint.cos": "Cos",
+    "mindspore.mint.sqrt": "Sqrt",
+    "mindspore.mint.rsqrt": "Rsqrt",
+    "mindspore.mint.mean": "MeanExt",
+    "mindspore.mint.nn.functional.interpolate": "Upsample (interpolate)",
+    "mindspore.mint.where": "Select (where)",
+    "mindspore.ops.tile": "Tile",
+    "mindspore.ops.stack": "Stack",
+    "mindspore.mint.stack": "Stack",
+    "mindspore.mint.chunk": "Split (chunk)",
+    "mindspore.ops.split": "Split",
+    # SD3: T5's gated-gelu (mindone.transformers' NewGELUActivation) and the CLIP embeddings
+    # padded to T5's width (pipeline_stable_diffusion_3.py, encode_prompt)
+    "mindspore.mint.tanh": "Tanh",
+    "mindspore.mint.nn.functional.pad": "PadV3 (pad)",
+})
 def half_stand_in(name, original):
     """``original`` (a function of tensors) in float32 when one of its tensor arguments is
     bfloat16, its float32 results rounded to bfloat16 where torch's promotion keeps bfloat16;
@@ -615,6 +762,8 @@ def half_stand_in(name, original):
     return stand_in
 
 
+@half_precision_for({"mindspore.Tensor.__pow__": "Pow",
+                     "mindspore.mint.pow": "Pow (mint.pow)"})  # SD3: T5's gated-gelu
 def half_pow(name, original):
     """``original`` (``Tensor.__pow__``, ``mint.pow``) as :func:`half_stand_in` makes it, but a
     bfloat16 tensor to the power 3 or -2 is computed from products rounded to bfloat16 each, as
@@ -636,6 +785,7 @@ def half_pow(name, original):
     return stand_in
 
 
+@half_precision_for({"mindspore.ops.full": "FillV2 (full)", "mindspore.mint.full": "FillV2 (full)"})
 def half_maker(name, original):
     """``original`` (a function making a tensor of ``dtype=``) made in float32 and cast when it is
     asked for bfloat16 (a constant: exact where the value fits bfloat16, else rounded as torch
@@ -649,130 +799,3 @@ def half_maker(name, original):
     stand_in.__name__ = stand_in.__qualname__ = f"half_{getattr(original, '__name__', name)}"
     stand_in.__doc__ = f"{name} made in float32 when bfloat16 is asked (no bfloat16 CPU kernel), then cast."
     return stand_in
-
-
-#: (module attribute path, kernel name) of the functions given a bfloat16 stand-in.
-HALF_FUNCTIONS = (
-    ("mindspore.mint.nn.functional", "silu", "Sigmoid (silu)"),
-    ("mindspore.ops", "group_norm", "GroupNorm"),
-    ("mindspore.mint.nn.functional", "group_norm", "GroupNorm"),
-    ("mindspore.mint", "bmm", "BatchMatMulExt (bmm)"),
-    ("mindspore.mint", "baddbmm", "BatchMatMul (baddbmm)"),
-    ("mindspore.ops", "bmm", "BatchMatMul (bmm)"),
-    ("mindspore.mint", "matmul", "MatMulExt (matmul)"),
-    ("mindspore.mint.nn.functional", "softmax", "Softmax"),
-    ("mindspore.ops", "gather", "Gather"),
-    ("xrand.mindspore_cpu.ops", "_layer_norm", "LayerNorm"),
-    ("mindspore.ops", "gelu", "GeLU"),
-    ("mindspore.ops", "softmax", "Softmax"),
-    ("mindspore.mint", "sigmoid", "Sigmoid"),
-    ("mindspore.mint", "exp", "Exp"),
-    ("mindspore.mint", "sin", "Sin"),
-    ("mindspore.mint", "cos", "Cos"),
-    ("mindspore.mint", "sqrt", "Sqrt"),
-    ("mindspore.mint", "rsqrt", "Rsqrt"),
-    ("mindspore.mint", "mean", "MeanExt"),
-    ("mindspore.mint.nn.functional", "interpolate", "Upsample (interpolate)"),
-    ("mindspore.mint", "where", "Select (where)"),
-    ("mindspore.ops", "tile", "Tile"),
-    ("mindspore.ops", "stack", "Stack"),
-    ("mindspore.mint", "stack", "Stack"),
-    ("mindspore.mint", "chunk", "Split (chunk)"),
-    ("mindspore.ops", "split", "Split"),
-    # SD3: T5's gated-gelu (mindone.transformers' NewGELUActivation) and the CLIP embeddings
-    # padded to T5's width (pipeline_stable_diffusion_3.py, encode_prompt)
-    ("mindspore.mint", "pow", "Pow (mint.pow)"),
-    ("mindspore.mint", "tanh", "Tanh"),
-    ("mindspore.mint.nn.functional", "pad", "PadV3 (pad)"),
-)
-
-
-def targets() -> list[tuple[object, str, object]]:
-    """(owner, attribute, fallback) for each operator replaced on a CPU."""
-    import mindspore.mint as mint
-    import mindspore.mint.nn.functional as F
-    from mindspore.mint.nn import Conv2d, Conv3d, Embedding, LayerNorm
-    from mindspore.ops.operations import nn_ops
-    from mindone.diffusers.models.activations import GEGLU
-    from mindone.diffusers.models.attention_processor import Attention
-
-    return [
-        (mint, "arange", _arange),
-        (mint, "baddbmm", _baddbmm),
-        (F, "pad", _pad),
-        (F, "conv2d", _conv2d),
-        (Conv2d, "construct", _conv2d_construct),
-        # schedulers (DDPM, IPNDM, KDPM2, UniPC, SASolver, EDMEuler, DPMSolverSDE, Cosine...)
-        (ms.Tensor, "nonzero", _nonzero),
-        (ms.Tensor, "lerp", _lerp),
-        (mint, "lerp", _lerp),
-        (mint, "atan2", _atan2),
-        (mint, "stack", _stack),
-        (mint, "linspace", _linspace),
-        (mint, "zeros_like", _zeros_like),
-        (mint, "ones_like", _ones_like),  # LTX
-        (mint, "full", _full),
-        (mint, "log", _log),
-        # Stable Diffusion (CLIP text encoder, transformer blocks)
-        (F, "layer_norm", _layer_norm),
-        (LayerNorm, "construct", _layer_norm_construct),
-        (F, "gelu", _gelu),
-        (GEGLU, "construct", _geglu_construct),  # graph mode: Stable Diffusion's feed-forward
-        # SDXL, SD3, Flux, PixArt, Wan
-        (mint, "outer", _outer),
-        (F, "embedding", _embedding),
-        (F, "conv3d", _conv3d),
-        (Conv3d, "construct", _conv3d_construct),
-        (ms.Tensor, "clone", _clone),
-        (ms.Tensor, "repeat", _repeat),  # Flux Kontext
-        (mint, "clone", _clone),
-        (F, "normalize", _normalize),
-        (mint, "einsum", _einsum),
-        (ms.Tensor, "repeat_interleave", _repeat_interleave),
-        (mint, "repeat_interleave", _repeat_interleave),
-        (nn_ops, "FlashAttentionScore", _FlashAttentionScore),
-        (mint, "randn", _randn),
-        (Attention, "math_attention_op", _math_attention_op),
-        (Embedding, "construct", _embedding_construct),
-    ]
-
-
-#: (module, attribute, kernel name) of the functions that make a tensor of a ``dtype=``.
-HALF_MAKERS = (
-    ("mindspore.ops", "full", "FillV2 (full)"),
-    ("mindspore.mint", "full", "FillV2 (full)"),
-)
-
-#: Tensor methods given a bfloat16 stand-in (the schedulers' arithmetic on bfloat16 samples).
-HALF_TENSOR_METHODS = (("__truediv__", "RealDiv"), ("__rtruediv__", "RealDiv"), ("__pow__", "Pow"),
-                       ("__rsub__", "Sub (scalar)"), ("__mul__", "Mul"), ("__rmul__", "Mul"),
-                       ("clamp", "Maximum and Minimum (clamp)"), ("masked_fill", "MaskedFill"),
-                       ("tile", "Tile"), ("broadcast_to", "BroadcastTo"), ("expand", "BroadcastTo (expand)"),
-                       ("__add__", "Add"), ("__radd__", "Add"), ("__sub__", "Sub"), ("sum", "ReduceSum"),
-                       ("mean", "ReduceMean"), ("sqrt", "Sqrt"), ("exp", "Exp"), ("abs", "Abs"),
-                       ("__getitem__", "GatherNd (indexing)"))
-
-
-def half_targets() -> list[tuple[object, str, object]]:
-    """(owner, attribute, stand-in) for each operator given a bfloat16 stand-in, wrapping what is
-    there now (the CPU fallbacks of :func:`targets` where installed). PyNative only: the
-    stand-ins note in Python which ran (:data:`half_ran`)."""
-    import importlib
-
-    from mindspore import nn
-    from mindspore.mint.nn import Conv2d, Linear
-
-    out = [(Linear, "construct", _linear_half(Linear.construct)),
-           (nn.Embedding, "construct", _nn_embedding_half(nn.Embedding.construct)),
-           (nn.LayerNorm, "construct", _nn_layer_norm_half(nn.LayerNorm.construct)),
-           (nn.Dense, "construct", _nn_dense_half(nn.Dense.construct)),
-           (Conv2d, "construct", _conv2d_half(Conv2d.construct))]
-    for owner, attribute, kernel in [(ms.Tensor, a, k) for a, k in HALF_TENSOR_METHODS] + \
-            [(importlib.import_module(m), a, k) for m, a, k in HALF_FUNCTIONS]:
-        wrap = half_pow if attribute in ("__pow__", "pow") else half_stand_in
-        out.append((owner, attribute, wrap(kernel, getattr(owner, attribute))))
-    for module, attribute, kernel in HALF_MAKERS:
-        owner = importlib.import_module(module)
-        out.append((owner, attribute, half_maker(kernel, getattr(owner, attribute))))
-    return out
-
