@@ -193,6 +193,24 @@ def test_timesteps_the_libraries_schedule_differently_are_the_named_cause_of_a_f
         assert all("timestep_b" not in s for s in steps)
 
 
+@pytest.mark.parametrize("strength, ran, why", [
+    (0.5, 3, "--strength 0.5 runs only the last part of the schedule"),  # PNDM's 5 timesteps for 4 steps, from the 3rd
+    (1.0, 5, "PNDMScheduler steps twice at 1 timestep"),  # all 5: PNDM's first step repeats a timestep
+])
+def test_the_verdict_the_page_and_report_json_say_the_steps_that_ran_and_why(pairs, folders, files, tmp_path,
+                                                                             strength, ran, why):
+    from xrand.report.compare import write_report
+
+    c = compare_loaded(pairs("sd-img2img"), make_plan(settings(folders, files, "sd-img2img", strength=strength),
+                                                      mindspore_mode="pynative"))
+    said = f"after {ran} scheduler steps (--steps 4: {why})"
+    assert said in c.verdict() and c.passed, c.verdict()
+    paths = write_report(c, str(tmp_path))
+    report = json.load(open(paths["report.json"]))
+    assert len(report["steps"]) == ran and report["steps_ran"] == {"count": ran, "asked": 4, "why": why}
+    assert f"{ran} scheduler steps (--steps 4: {why})," in open(paths["report.html"]).read()
+
+
 # ---------------------------------------------------------------- every draw from the xrand generator
 
 class Recorder(CountingGenerator):

@@ -31,6 +31,7 @@ def report_dict(c: Comparison) -> Dict[str, Any]:
         "tolerance": {"metric": "rel_l2 of the final images", "value": c.tolerance},
         "final": c.final,
         "initial_noise": c.initial_noise,
+        "steps_ran": c.steps_ran(),
         "steps": [
             {"step": i, "timestep": t, "global": g, **({"local": c.local_steps[i]} if c.local_steps else {}),
              **({"timestep_b": c.timesteps_b[i]} if c.timesteps_b else {})}
