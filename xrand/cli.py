@@ -138,8 +138,7 @@ def cmd_compare(args) -> int:
 
         comparison = compare_in_stages(plan, out_dir, on_stage, quiet=args.quiet, say=lambda text: _say(args, text))
     paths = write_report(comparison, out_dir)
-    verdict = [comparison.verdict()] + ([] if comparison.layers is None else [comparison.layers.summary()])
-    return _finish(args, comparison.passed, verdict, "report and pictures", out_dir, paths)
+    return _finish(args, comparison.passed, comparison.summary_lines(), "report and pictures", out_dir, paths)
 
 
 def _finish(args, passed: bool, verdict: List[str], what: str, out_dir: str, paths: Dict[str, str]) -> int:

@@ -9,6 +9,7 @@ import numpy as np
 from ..checks import UsageError
 from ..pipelines.recipes import RECIPES
 from ..pipelines.settings import Settings
+from .known import known_causes
 from .metrics import metrics
 from .plan import DEFAULT_TOLERANCE, check_tolerance
 from .sides import Side
@@ -56,6 +57,17 @@ class Comparison:
         if self.stages and self.stages["missing"]:
             line += f" (still missing: {', '.join(self.stages['missing'])})"
         return line
+
+    def known_causes(self) -> List[str]:
+        """The measured causes (:mod:`.known`) of what this verdict shows, for what ran."""
+        side = {"a": 0, "b": 1}
+        env = next((self.environments.get(k) or {} for k, i in side.items() if self.frameworks[i] == "mindspore"), {})
+        return known_causes((self.ran.get("a") or {}).get("recipe"), self.settings.dtype, self.passed, env)
+
+    def summary_lines(self) -> List[str]:
+        """What the console prints: the verdict, its known cause where measured, the layers' lines."""
+        lines = [self.verdict()] + [f"known cause: {text}" for text in self.known_causes()]
+        return lines + ([] if self.layers is None else [self.layers.summary(passed=self.passed)])
 
     def steps_ran(self) -> Dict[str, Any]:
         """The scheduler steps that ran (``count``) against ``--steps`` (``asked``) and, where they

@@ -26,6 +26,7 @@ def report_dict(c: Comparison) -> Dict[str, Any]:
         "xrand_report": REPORT_VERSION,
         "verdict": "pass" if c.passed else "fail",
         "summary": c.verdict(),
+        "known_causes": c.known_causes(),
         "frameworks": c.frameworks,
         "settings": dict(asdict(c.settings), ran=c.ran),
         "tolerance": {"metric": "rel_l2 of the final images", "value": c.tolerance},
