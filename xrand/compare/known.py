@@ -34,8 +34,9 @@ class KnownCause:
 
 KNOWN_CAUSES = (
     KnownCause(FLUX, "mindone's sinusoidal timestep and guidance embeddings on MindSpore's CPU (embeddings.py "
-                     "get_timestep_embedding) make most of the gap to torch's floor, its float32 attention computed in "
-                     "float16 the rest (tiny Flux: 18.8x; 3.1x with torch's embedding; 0.7x with float32 attention too)",
+                     "get_timestep_embedding) make most of the gap to torch's floor, its float32 attention computed "
+                     "in float16 the rest (tiny Flux: 18.8x; 3.1x with torch's embedding; 0.7x with float32 "
+                     "attention too)",
                passed=True, dtype="float32", device_target="CPU"),
     KnownCause(("LTXPipeline",), "mindone's scaled_dot_product_attention computes float32 attention in float16 "
                                  "(layers_compat.py; tiny LTX: 20.6x torch's floor, 2.5x with float32 attention)",

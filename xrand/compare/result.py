@@ -60,9 +60,9 @@ class Comparison:
 
     def known_causes(self) -> List[str]:
         """The measured causes (:mod:`.known`) of what this verdict shows, for what ran."""
-        side = {"a": 0, "b": 1}
-        env = next((self.environments.get(k) or {} for k, i in side.items() if self.frameworks[i] == "mindspore"), {})
-        return known_causes((self.ran.get("a") or {}).get("recipe"), self.settings.dtype, self.passed, env)
+        sides = dict(zip(self.frameworks, ("a", "b")))  # framework -> its side
+        mindspore = self.environments.get(sides.get("mindspore")) or {}
+        return known_causes((self.ran.get("a") or {}).get("recipe"), self.settings.dtype, self.passed, mindspore)
 
     def summary_lines(self) -> List[str]:
         """What the console prints: the verdict, its known cause where measured, the layers' lines."""
