@@ -219,7 +219,7 @@ def test_lockstep_feeds_each_step_the_torch_values(comparison):
 def test_the_noise_floor_ran_the_recipe_in_float64(comparison):
     floor = comparison.noise_floor
     assert 0 < floor["rel_l2"] < 1e-5
-    assert "TinyTransformerPipeline with FlowMatchEulerDiscreteScheduler (4 steps)" in floor["how"]
+    assert "TinyTransformerPipeline with FlowMatchEulerDiscreteScheduler (--steps 4)" in floor["how"]
 
 
 def test_layers_match_every_submodule_by_name(comparison):

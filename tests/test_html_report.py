@@ -88,6 +88,28 @@ def test_compare_page_has_verdict_pictures_layers_and_command(compare_dir):
     assert html.count('<tr class="') >= len(layers["modules"])
 
 
+def test_under_a_pass_the_page_calls_the_culprit_the_start_of_a_within_tolerance_difference(compare_dir):
+    """digits at step 0: MindSpore's CPU timestep embedding (time_proj) is the culprit of a PASS."""
+    report = load(compare_dir, "report.json")
+    assert report["verdict"] == "pass" and report["layers"]["culprit"], report["summary"]
+    html = (compare_dir / "report.html").read_text()
+    summary = html[html.index('<p id="layers-summary">'):]
+    summary = summary[:summary.index("</p>")]
+    assert (f"the run passes: its difference from torch, within tolerance, starts at "
+            f"<b>{report['layers']['culprit']}</b>") in summary and "parts from" not in summary
+
+
+def test_a_known_cause_is_on_the_page_under_the_verdict(compare_dir):
+    from xrand.report.html import render_compare
+
+    report = load(compare_dir, "report.json")
+    assert report["known_causes"] == []  # none measured for the digits model
+    assert "Known cause" not in (compare_dir / "report.html").read_text()
+    html = render_compare(dict(report, known_causes=["mindone's attention in float16"]), {})
+    verdict = html[html.index('id="verdict"'):html.index('<h2 id="images">')]
+    assert '<p class="known-cause">Known cause: mindone&#39;s attention in float16</p>' in verdict
+
+
 def test_compare_page_names_the_first_and_worst_call_over_its_limit(compare_dir):
     from xrand.compare.layers import ModuleDiff, module_limit
 
@@ -261,6 +283,7 @@ def test_compare_page_in_chromium(chromium, compare_dir):
     page = open_page(chromium, compare_dir / "report.html", evaluate={
         "ascending": f"{click}; {first}", "descending": f"{click}; {first}"})
     assert_page_shows(page, report["verdict"], report["final"]["rel_l2"])
+    assert "the run passes: its difference from torch, within tolerance, starts at" in page.text
     assert float(page.values["ascending"]) == min(local)
     assert float(page.values["descending"]) == max(local)
 

@@ -129,8 +129,7 @@ def cmd_compare(args) -> int:
     else:
         return _compare_in_stages(args, out_dir)
     paths = write_report(comparison, out_dir)
-    verdict = [comparison.verdict()] + ([] if comparison.layers is None else [comparison.layers.summary()])
-    return _finish(args, comparison.passed, verdict, "report and pictures", out_dir, paths)
+    return _finish(args, comparison.passed, comparison.summary_lines(), "report and pictures", out_dir, paths)
 
 
 #: compare's options that are not settings of the comparison: a folder that holds a comparison

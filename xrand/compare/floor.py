@@ -88,4 +88,4 @@ def pipeline_floor(loaded: Loaded, plan: Plan, images: np.ndarray) -> Dict[str, 
             return run(loaded, plan, generator=generator).images
 
     return noise_floor(run64, settings.dtype, "float64", baseline=images,
-                       what=f"the final images of {plan.pipeline} with {plan.scheduler.cls} ({settings.steps} steps)")
+                       what=f"the final images of {plan.pipeline} with {plan.scheduler.cls} (--steps {settings.steps})")

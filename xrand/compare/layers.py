@@ -134,9 +134,10 @@ class LayerReport:
                    use_floors=bool(data["use_floors"]), dtype=data.get("dtype", "float32"),
                    scope=list(data.get("scope") or []))
 
-    def summary(self) -> str:
+    def summary(self, passed: Optional[bool] = None) -> str:
         """The console's lines: the culprit (the first call over its limit whose submodules stay
-        within), how many calls are over, and the worst of them."""
+        within), how many calls are over, and the worst of them. ``passed``: the comparison's
+        verdict; where it passed, the culprit is where its within-tolerance difference starts."""
         where = f"at step {self.step} (timestep {self.timestep:g})" if self.step is not None else "in one call"
         if self.culprit is None:
             largest = max((m for m in self.modules if m.local_rel_l2 is not None), key=lambda m: m.local_rel_l2,
@@ -147,8 +148,10 @@ class LayerReport:
         m = next(m for m in self.modules if m.label == self.culprit)
         why = (f" ({LAYER_FLOOR_MULTIPLE:g}x torch's own {self.dtype}-vs-float64 error there)"
                if m.limit > self.threshold else "")
-        line = (f"layers {where}: MindSpore parts from torch at {self.culprit} ({m.type}), local relative L2 "
-                f"{m.local_rel_l2:.3g} > {m.limit:.3g}{why}, its submodules within")
+        at = (f"the run passes: its difference from torch, within tolerance, starts at {self.culprit}" if passed else
+              f"MindSpore parts from torch at {self.culprit}")
+        line = (f"layers {where}: {at} ({m.type}), local relative L2 {m.local_rel_l2:.3g} > {m.limit:.3g}{why}, "
+                f"its submodules within")
         over, worst = self.over, self.worst
         if len(over) > 1:
             line += (f"\nlayers: {len(over)} module calls over their limits; the worst {worst.label or '(denoiser)'} "

@@ -163,7 +163,7 @@ def make_plan(settings: Settings, *, frameworks: Sequence[str] = FRAMEWORKS,
         _check_call_options(settings, recipe, scheduler, library)
     calls = None
     if layers is not None:
-        calls = _denoiser_calls(scheduler, library, settings.steps)
+        calls = _denoiser_calls(scheduler, recipe, settings, library)
         layers.check(calls)
     devices = {name: framework(name).check_device(devices.get(name)) for name in frameworks}
     mode_reason = None
@@ -262,9 +262,32 @@ def _check_call_options(settings: Settings, recipe: Recipe, scheduler: Scheduler
     recipe.check_call_options(settings, parameters)
 
 
-def _denoiser_calls(scheduler: SchedulerPlan, library: Any, steps: int) -> int:
+def _denoiser_calls(scheduler: SchedulerPlan, recipe: Recipe, settings: Settings, library: Any) -> int:
     """How many denoiser calls a run makes: one per timestep of the schedule (Heun's and KDPM2's
-    second-order steps repeat timesteps)."""
+    second-order steps repeat timesteps), less those the library pipeline's own ``get_timesteps``
+    skips at the run's strength (image to image, inpainting)."""
     built = scheduler.build(library)
-    built.set_timesteps(steps)
-    return len(built.timesteps)
+    # Flux, SD3 (with dynamic shifting) and LTX compute mu from the image's token count
+    # (pipeline_flux.py calculate_shift); mu shifts the sigmas but never changes how many there are
+    needs_mu = scheduler.config.get("use_dynamic_shifting") and \
+        "mu" in inspect.signature(built.set_timesteps).parameters
+    built.set_timesteps(settings.steps, **({"mu": scheduler.config.get("base_shift", 0.5)} if needs_mu else {}))
+    if "strength" not in recipe.inputs:
+        return len(built.timesteps)
+    with silenced():  # the first use of a pipeline class imports its module
+        pipeline = getattr(library, recipe.pipeline)
+    strength = settings.strength
+    if strength is None:  # the call's default (0.8 for StableDiffusionImg2ImgPipeline, 1.0 for inpainting...)
+        strength = inspect.signature(pipeline.__call__).parameters["strength"].default
+    get_timesteps = pipeline.get_timesteps  # it reads self.scheduler alone
+    taken = inspect.signature(get_timesteps).parameters
+    options = {k: v for k, v in settings.call_options.items() if k in taken}  # SDXL's denoising_start
+    timesteps, _ = get_timesteps(_SchedulerHolder(built), settings.steps, strength, None, **options)
+    return len(timesteps)
+
+
+@dataclass
+class _SchedulerHolder:
+    """What a library pipeline's ``get_timesteps`` reads of its pipeline: the scheduler."""
+
+    scheduler: Any

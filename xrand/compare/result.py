@@ -7,7 +7,9 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from ..checks import UsageError
+from ..pipelines.recipes import RECIPES
 from ..pipelines.settings import Settings
+from .known import known_causes
 from .metrics import metrics
 from .plan import DEFAULT_TOLERANCE, check_tolerance
 from .sides import Side
@@ -43,7 +45,7 @@ class Comparison:
         a, b = self.frameworks
         word = "PASS" if self.passed else "FAIL"
         noise = " (native noise: each library's own generator)" if self.settings.noise == "native" else ""
-        line = (f"{word}: {a} vs {b}{noise} after {self.settings.steps} steps, relative L2 {self.final['rel_l2']:.3g} "
+        line = (f"{word}: {a} vs {b}{noise} after {self.steps_text()}, relative L2 {self.final['rel_l2']:.3g} "
                 f"(tolerance {self.tolerance:g}), max |diff| {self.final['max_abs']:.3g}, "
                 f"PSNR {self.final['psnr_db']:.1f} dB")
         if self.noise_floor is not None:
@@ -55,6 +57,43 @@ class Comparison:
         if self.stages and self.stages["missing"]:
             line += f" (still missing: {', '.join(self.stages['missing'])})"
         return line
+
+    def known_causes(self) -> List[str]:
+        """The measured causes (:mod:`.known`) of what this verdict shows, for what ran."""
+        sides = dict(zip(self.frameworks, ("a", "b")))  # framework -> its side
+        mindspore = self.environments.get(sides.get("mindspore")) or {}
+        return known_causes((self.ran.get("a") or {}).get("recipe"), self.settings.dtype, self.passed, mindspore)
+
+    def summary_lines(self) -> List[str]:
+        """What the console prints: the verdict, its known cause where measured, the layers' lines."""
+        lines = [self.verdict()] + [f"known cause: {text}" for text in self.known_causes()]
+        return lines + ([] if self.layers is None else [self.layers.summary(passed=self.passed)])
+
+    def steps_ran(self) -> Dict[str, Any]:
+        """The scheduler steps that ran (``count``) against ``--steps`` (``asked``) and, where they
+        differ, ``why``: image to image and inpainting run only the tail of the schedule their
+        strength leaves; PNDM, Heun and KDPM2 step twice at some timesteps."""
+        count, asked = len(self.timesteps), self.settings.steps
+        whys = []
+        ran = self.ran.get("a") or {}
+        takes_strength = "strength" in getattr(RECIPES.get(ran.get("recipe")), "inputs", ())
+        if count < asked and (takes_strength or self.settings.strength is not None):
+            strength = "the pipeline's default strength" if self.settings.strength is None else \
+                f"--strength {self.settings.strength:g}"
+            whys.append(f"{strength} runs only the last part of the schedule")
+        twice = len(self.timesteps) - len(set(self.timesteps))
+        if count != asked and twice:
+            whys.append(f"{ran.get('scheduler', 'the scheduler')} steps twice at {twice} "
+                        f"timestep{'s' if twice > 1 else ''}")
+        return {"count": count, "asked": asked, "why": "; ".join(whys) if count != asked else None}
+
+    def steps_text(self) -> str:
+        """'10 steps', or '6 scheduler steps (--steps 10: --strength 0.5 runs only the last part of the schedule)'."""
+        ran = self.steps_ran()
+        if ran["count"] == ran["asked"]:
+            return f"{ran['count']} steps"
+        why = f": {ran['why']}" if ran["why"] else ""
+        return f"{ran['count']} scheduler steps (--steps {ran['asked']}{why})"
 
 
 def _short(values: List[float]) -> str:

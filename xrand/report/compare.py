@@ -26,11 +26,13 @@ def report_dict(c: Comparison) -> Dict[str, Any]:
         "xrand_report": REPORT_VERSION,
         "verdict": "pass" if c.passed else "fail",
         "summary": c.verdict(),
+        "known_causes": c.known_causes(),
         "frameworks": c.frameworks,
         "settings": dict(asdict(c.settings), ran=c.ran),
         "tolerance": {"metric": "rel_l2 of the final images", "value": c.tolerance},
         "final": c.final,
         "initial_noise": c.initial_noise,
+        "steps_ran": c.steps_ran(),
         "steps": [
             {"step": i, "timestep": t, "global": g, **({"local": c.local_steps[i]} if c.local_steps else {}),
              **({"timestep_b": c.timesteps_b[i]} if c.timesteps_b else {})}

@@ -9,11 +9,12 @@ same dict. The templates are package data in ``xrand/report/templates``.
 
 Keys each page reads (keep them stable):
 
-- compare: ``verdict``, ``summary``, ``frameworks``, ``tolerance.value``, ``final`` (``rel_l2``,
-  ``max_abs``, ``mean_abs``, ``psnr_db``; ``per_frame``: a list of such dicts, one per video
-  frame, when present), ``initial_noise``, ``steps[]`` (``step``, ``timestep``, ``global``,
-  ``local.sample``, ``local.model_output``), ``noise_floor`` (``rel_l2``, ``how``), ``settings``
-  (its ``ran.a`` / ``ran.b``), ``seconds``, ``environment.a`` / ``.b``, ``command`` (optional),
+- compare: ``verdict``, ``summary``, ``known_causes`` (optional), ``frameworks``,
+  ``tolerance.value``, ``final`` (``rel_l2``, ``max_abs``, ``mean_abs``, ``psnr_db``;
+  ``per_frame``: a list of such dicts, one per video frame, when present), ``initial_noise``,
+  ``steps_ran`` (``count``, ``asked``, ``why``; optional), ``steps[]`` (``step``, ``timestep``,
+  ``global``, ``local.sample``, ``local.model_output``), ``noise_floor`` (``rel_l2``, ``how``),
+  ``settings`` (its ``ran.a`` / ``ran.b``), ``seconds``, ``environment.a`` / ``.b``, ``command`` (optional),
   ``layers`` (``step``, ``timestep``, ``threshold``, ``culprit``, ``rule``, ``floor``,
   ``unmatched``, ``modules[]``: ``name``, ``type``, ``call``, ``rel_l2``, ``local_rel_l2``,
   ``max_abs``, ``floor_rel_l2``, ``limit`` when present).
