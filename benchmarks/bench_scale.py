@@ -8,14 +8,18 @@ Model: xrand.models.sd15_sized's random-weight StableDiffusionPipeline folder (U
 ``--model-dir``. Euler ancestral, 4 steps, batch 1, guidance 7.5 (the UNet sees a batch of 2),
 float32.
 
-Stages: for each image size a fresh process runs ``xrand.compare.staged.compare_in_stages`` as
-``xrand compare`` does (report.json and pictures written after each stage; MindSpore in its
-default mode for this folder, PyNative), the first size with every stage (``--layers
---lockstep``, noise floor on), larger sizes the sides only, 2 steps (machine time). A thread
-samples the resident memory of the process and its children (VmRSS) every 50 ms and keeps the
-peak per stage; the stage is set by wrapping the functions the staged compare calls (load, run,
-side_in_own_process, pipeline_floor, layers_at_step). Target: every stage within 12 GB (half
-this machine's 24 GB).
+Stages: for each image size a fresh process runs ``xrand.compare.stages.run_stages`` into a
+comparison folder as ``xrand compare`` does (report.json and pictures written after each stage;
+MindSpore in its default mode for this folder, PyNative), the first size with every stage
+(``--layers --lockstep``, noise floor on), larger sizes the sides only, 2 steps (machine time). A
+thread samples the resident memory of the process and its children (VmRSS) every 50 ms and keeps
+the peak per stage; the stage is set by wrapping each stage's function (``stages.RUNS``) and the
+loads. Target: every stage within 12 GB (half this machine's 24 GB).
+
+Records (two machines): for each size a fresh process runs torch's stages only (``xrand compare
+--only torch --lockstep --layers``, 2 steps, no floor), and once more with ``--layers-scope
+down_blocks.1``; the folder's bytes per stage (what travels to the MindSpore machine) and the
+peak RSS of each stage.
 
 Speed: for each size and side (torch; MindSpore PyNative; MindSpore graph mode, compiled in this
 process on a fresh graph cache, at the first size only) a fresh process loads the pipeline and
@@ -28,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -46,15 +51,17 @@ def child(argv) -> None:
     """Runs in a fresh process: one staged compare of the folder at one size, measured."""
     import threading
 
-    model, size, stages, steps = argv[0], int(argv[1]), argv[2], int(argv[3])
-    every_stage = stages == "all"  # "default": sides and floor, as xrand compare; "sides": the sides only
+    # "all": every stage; "default": sides and floor, as xrand compare; "sides": the sides only;
+    # "torch" / "torch-scoped": torch's stages for two machines, --layers (--layers-scope down_blocks.1)
+    model, size, stages_asked, steps = argv[0], int(argv[1]), argv[2], int(argv[3])
+    every_stage = stages_asked == "all"
     from xrand.pipelines.quiet import silenced
 
     with silenced():
         import mindspore  # noqa: F401
         import torch  # noqa: F401
 
-    import xrand.compare.staged as staged
+    import xrand.compare.stages as stages
     from xrand.compare import LayerOptions, make_plan
     from xrand.compare.boundary import Boundary
     from xrand.pipelines.settings import Settings
@@ -62,6 +69,7 @@ def child(argv) -> None:
 
     gb = 1024 ** 3
     peaks, seconds, label = {}, {}, ["between stages"]
+    only_torch = stages_asked.startswith("torch")  # the records a MindSpore machine gets
 
     def rss() -> int:
         """Resident memory of this process and its children (a side run in a process of its own)."""
@@ -92,19 +100,9 @@ def child(argv) -> None:
                 label.pop()
         return wrapped
 
-    staged.load = stage(lambda args: f"load {args[1]}", staged.load)
-    staged.pipeline_floor = stage("floor (torch float64)", staged.pipeline_floor)
-    staged.layers_at_step = stage("layers", staged.layers_at_step)
-    staged.side_in_own_process = stage(lambda args: f"{args[1]} side", staged.side_in_own_process)
-    real_run = staged.run
-
-    def run(loaded, plan, **kwargs):
-        name = "lockstep" if kwargs.get("feed") is not None else f"{loaded.framework} side"
-        if label[-1] == "floor (torch float64)":
-            return real_run(loaded, plan, **kwargs)
-        return stage(name, real_run)(loaded, plan, **kwargs)
-
-    staged.run = run
+    stages.load = stage(lambda args: f"load {args[1]}", stages.load)
+    for name, fn in list(stages.RUNS.items()):
+        stages.RUNS[name] = stage(STAGE_LABELS.get(name, name), fn)
     step_times = {}
     real_step = Boundary._step
 
@@ -118,20 +116,34 @@ def child(argv) -> None:
     threading.Thread(target=sample, daemon=True).start()
     settings = Settings(model=model, steps=steps, batch_size=1, prompt=PROMPT, height=size, width=size,
                         scheduler="euler-a")
-    plan = make_plan(settings, lockstep=every_stage, layers=LayerOptions() if every_stage else None,
-                     noise_floor=stages in ("all", "default"))
+    scope = ("down_blocks.1",) if stages_asked == "torch-scoped" else ()
+    plan = make_plan(settings, frameworks=("torch",) if only_torch else ("torch", "mindspore"),
+                     lockstep=every_stage or only_torch,
+                     layers=LayerOptions(scope=scope) if every_stage or only_torch else None,
+                     noise_floor=stages_asked in ("all", "default"))
     out = tempfile.mkdtemp(prefix="xrand-bench-scale-")
     report_seconds = []
 
-    def on_stage(comparison, missing):
+    def on_stage(outcome):
+        if outcome.comparison is None:
+            return
         start = time.perf_counter()
         label.append("report")
-        write_report(comparison, out)
+        write_report(outcome.comparison, out)
         label.pop()
         report_seconds.append(time.perf_counter() - start)
 
     start = time.perf_counter()
-    comparison = staged.compare_in_stages(plan, out, on_stage)
+    store = stages.Store(plan, stages.Asks.of(plan), out)
+    outcome = stages.run_stages(store, stages.Loading(plan), ("torch",) if only_torch else ("torch", "mindspore"),
+                                on_stage)
+    comparison = outcome.comparison
+    shutil.rmtree(out)
+    if only_torch:
+        done.set()
+        print(json.dumps({"size": size, "bytes": outcome.bytes, "peaks_gb": {k: v / gb for k, v in peaks.items()},
+                          "seconds": seconds, "total_seconds": time.perf_counter() - start}))
+        return
     total = time.perf_counter() - start
     done.set()
     with open("/proc/self/status") as f:
@@ -212,17 +224,35 @@ def model_folder(folder: Path) -> str:
     return str(folder)
 
 
-ORDER = ["load torch", "torch side", "load mindspore", "mindspore side", "floor (torch float64)", "layers",
-         "lockstep", "report", "between stages"]
+STAGE_LABELS = {"torch": "torch side", "mindspore": "mindspore side", "floor": "floor (torch float64)"}
+ORDER = ["load torch", "torch side", "torch layers", "floor (torch float64)", "load mindspore", "mindspore side",
+         "mindspore layers", "lockstep", "report", "between stages"]
 SPEED_SIDES = {"torch": "torch", "mindspore:pynative": "MindSpore PyNative", "mindspore:graph": "MindSpore graph mode"}
 
 
-def run(repeats: int = 1, sizes=(256, 512), model_dir: str = "") -> Section:
+def records(section: Section, folder: str, sizes) -> None:
+    """Rows of what torch's stages leave for the MindSpore machine, full and scoped, per size."""
+    for size in sizes:
+        for asked, what in (("torch", "every module"), ("torch-scoped", "--layers-scope down_blocks.1")):
+            data = run_json([__file__, "--child", folder, str(size), asked, "2"], timeout=3600)
+            for name in ("torch side", "torch layers"):
+                stage = {"torch side": "torch", "torch layers": "torch layers"}[name]
+                section.rows.append(Row([f"{size}", f"records: {name} ({what})", f"{data['seconds'].get(name, 0):.1f}",
+                                         f"{data['bytes'][stage] / 1e6:.0f} MB written",
+                                         f"{data['peaks_gb'].get(name, 0):.2f}"],
+                                        f"≤ {TARGET_GB:g} GB", data["peaks_gb"].get(name, 0) <= TARGET_GB))
+
+
+def run(repeats: int = 1, sizes=(256, 512), model_dir: str = "", parts=("stages", "records")) -> Section:
     folder = model_folder(Path(model_dir or os.path.join(tempfile.gettempdir(), "xrand-sd15-sized")))
     section = Section(
         title="10. A Stable-Diffusion-1.5-sized model through xrand compare: memory and time per stage, seconds per step",
         method=(__doc__.split("\n\n", 2)[2].strip()),
         columns=["size", "stage, or side (speed)", "seconds", "a later step (s)", "peak RSS (GB)"])
+    if "records" in parts:
+        records(section, folder, sizes)
+    if "stages" not in parts:
+        return section
     with tempfile.TemporaryDirectory() as cache:
         for size in sizes:
             every = size == sizes[0]
@@ -271,8 +301,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="256,512", help="image sizes, comma-separated (default 256,512)")
     parser.add_argument("--model-dir", default="", help="where the SD-1.5-sized folder is (built there if missing)")
+    parser.add_argument("--parts", default="stages,records", help="stages (the whole compare), records (torch's "
+                                                                  "stages for two machines), or both (default)")
     args = parser.parse_args()
-    print(run(sizes=[int(s) for s in args.sizes.split(",")], model_dir=args.model_dir).markdown())
+    print(run(sizes=[int(s) for s in args.sizes.split(",")], model_dir=args.model_dir,
+              parts=args.parts.split(",")).markdown())
 
 
 if __name__ == "__main__":

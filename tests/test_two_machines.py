@@ -48,7 +48,7 @@ def models(tmp_path_factory):
 CASES = {  # model (None: the embedded digits model), the compare's settings
     "digits": (None, ["--steps", "3", "--lockstep", "--layers", "--layers-step", "1"]),
     "sd": ("sd", ["--steps", "2", *PROMPT, "--lockstep", "--layers"]),
-    "flux": ("flux", ["--steps", "2", *PROMPT, *TINY_TEXT, "--lockstep"]),
+    "flux": ("flux", ["--steps", "2", *PROMPT, *TINY_TEXT, "--lockstep", "--layers"]),
 }
 
 

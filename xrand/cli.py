@@ -203,8 +203,7 @@ def _compare_in_stages(args, out_dir: str) -> int:
     paths = write_report(comparison, out_dir) if comparison is not None else {}
     if outcome.missing:
         return _incomplete(args, outcome, out_dir, store.manifest["plan"].get("embedded_model"))
-    verdict = [comparison.verdict()] + ([] if comparison.layers is None else [comparison.layers.summary()])
-    return _finish(args, comparison.passed, verdict, "report and pictures", out_dir, paths)
+    return _finish(args, comparison.passed, comparison.summary_lines(), "report and pictures", out_dir, paths)
 
 
 def _incomplete(args, outcome, out_dir: str, embedded_model: bool) -> int:
