@@ -67,6 +67,40 @@ def make_tiny_model(path):
 
 
 @pytest.fixture(scope="session")
+def tiny_sd(tmp_path_factory):
+    """The tiny Stable Diffusion folder (xrand.models.tiny_sd), float32 safetensors."""
+    pytest.importorskip("diffusers")
+    pytest.importorskip("transformers")
+    from xrand.models.tiny_sd import build_tiny_sd
+
+    return str(build_tiny_sd(tmp_path_factory.mktemp("tiny-sd") / "model"))
+
+
+@pytest.fixture(scope="session")
+def tiny_sd_fp16(tiny_sd, tmp_path_factory):
+    """The tiny SD folder as most hub repositories ship one: saved with variant="fp16", float16
+    weights in */*.fp16.safetensors and no plain weight files."""
+    from xrand.models.checkpoints import save_variant
+
+    return str(save_variant(tiny_sd, tmp_path_factory.mktemp("tiny-sd-fp16") / "model", "fp16"))
+
+
+@pytest.fixture(scope="session")
+def tiny_sd_file(tiny_sd, tmp_path_factory):
+    """``(single file, config folder)``: the tiny SD folder's float32 weights as one safetensors
+    file in the original layout, and a copy of the folder without its weights (the configs alone)."""
+    import shutil
+
+    from xrand.models.checkpoints import save_single_file
+    from xrand.pipelines.folder import WEIGHT_SUFFIXES
+
+    root = tmp_path_factory.mktemp("tiny-sd-file")
+    config = root / "config"
+    shutil.copytree(tiny_sd, config, ignore=lambda _, names: [n for n in names if n.endswith(WEIGHT_SUFFIXES)])
+    return str(save_single_file(tiny_sd, root / "tiny-sd.safetensors")), str(config)
+
+
+@pytest.fixture(scope="session")
 def scheduler_matrix(tmp_path_factory, mindone):
     """``xrand compare --scheduler all`` on a tiny model, 4 steps, run once for the tests that read
     it: ``(exit status, output folder)``."""

@@ -41,6 +41,7 @@ def _settings(args, **override):
                   negative_prompt=args.negative_prompt, guidance_scale=args.guidance_scale, height=args.height,
                   width=args.width)
     values.update(_family_settings(args), component_dtypes=_component_dtypes(args.component_dtype))
+    values.update(variant=args.variant, config=args.config)  # the weights' form
     values.update(override)
     return Settings(**values)
 
@@ -426,6 +427,13 @@ def _add_settings(p: argparse.ArgumentParser) -> None:
     from .streams import DEFAULT_STREAM
 
     p.add_argument("--model", help="local diffusers folder or hub id (default: the embedded digits model)")
+    p.add_argument("--variant", metavar="NAME",
+                   help="load the folder's weights of this variant, e.g. fp16 for unet/diffusion_pytorch_model.fp16"
+                        ".safetensors, as from_pretrained(variant=NAME) (default: the plain files)")
+    p.add_argument("--config", metavar="FOLDER",
+                   help="--model is one file of every weight in the original layout (MODEL.safetensors, loaded by "
+                        "from_single_file); FOLDER is a diffusers folder of the same architecture giving the configs "
+                        "(offline)")
     p.add_argument("--pipeline", help=f"pipeline class ({', '.join(pipelines())}; default: the folder's "
                                       "model_index.json)")
     p.add_argument("--scheduler", help="scheduler class name (any case) or alias such as euler-a, dpm++-2m-sde; "

@@ -29,7 +29,7 @@ from ..pipelines.frameworks import (BFLOAT16_ON_CPU, DEFAULT_MINDSPORE_MODE, FRA
                                     check_framework, check_mindspore_mode, framework, large_model_pynative)
 from ..pipelines.inputs import read_input
 from ..pipelines.quiet import silenced
-from ..pipelines.recipes import Recipe, recipe as recipe_named
+from ..pipelines.recipes import RECIPES, Recipe, recipe as recipe_named
 from ..pipelines.settings import Settings
 
 #: mindone's own torch-vs-MindSpore pipeline tests accept these relative L2 errors.
@@ -89,6 +89,8 @@ class Plan:
         values.pop("seed")  # the noise is an input of the graph, not part of it
         values.pop("noise")
         values.pop("model")
+        values.pop("variant")  # weights, not the graph (the folder's digest covers a single file's configs)
+        values.pop("config")
         values.update(self.input_files)
         return {"model": self.folder.digest, "pipeline": self.pipeline, "scheduler": self.scheduler.cls,
                 "settings": values}
@@ -148,10 +150,12 @@ def make_plan(settings: Settings, *, frameworks: Sequence[str] = FRAMEWORKS,
     if layers is not None:
         layers.check()  # what needs no scheduler (the step's range is checked below)
 
-    folder = folder or read_folder(settings.model)
+    folder = folder or read_folder(settings.model, settings.variant, settings.config)
     recipe = recipe_named(settings.pipeline or folder.pipeline)
     check_components(folder, recipe.components, recipe.optional_components, recipe.pipeline, recipe.denoiser,
                      recipe.denoiser_classes)
+    if folder.single_file:
+        _check_single_file(settings, folder, recipe)
     recipe.check(settings, folder)
     _check_component_dtypes(settings, folder, recipe)
     input_files = {name: read_input(name, getattr(settings, name)).digest for name in settings.FILES
@@ -183,6 +187,20 @@ def make_plan(settings: Settings, *, frameworks: Sequence[str] = FRAMEWORKS,
                 devices=devices, tolerance=tolerance, mindspore_mode=mindspore_mode, lockstep=bool(lockstep),
                 layers=layers, noise_floor=bool(noise_floor), denoiser_calls=calls, input_files=input_files,
                 mindspore_mode_reason=mode_reason, mindspore_mode_asked=asked_mode, tolerance_given=tolerance_given)
+
+
+def _check_single_file(settings: Settings, folder: ModelFolder, recipe: Recipe) -> None:
+    """A single file loads where the recipe takes its layout, as one pipeline (no component again)."""
+    refusal = recipe.check_single_file(folder)
+    if refusal:
+        accepted = [r.pipeline for r in RECIPES.values() if type(r).check_single_file is not Recipe.check_single_file]
+        raise UsageError(f"{folder.single_file!r} with --config {folder.path!r} (a {folder.pipeline} folder) cannot "
+                         f"load as {recipe.pipeline}: {refusal}; single files load as {', '.join(accepted)}, with "
+                         "--config a folder of the same architecture")
+    if settings.component_dtypes:
+        raise UsageError(f"--component-dtype loads a component again from its folder's files; a single file "
+                         f"({folder.single_file!r}) has none: give the model as a folder, or leave out "
+                         "--component-dtype")
 
 
 def _check_component_dtypes(settings: Settings, folder: ModelFolder, recipe: Recipe) -> None:

@@ -29,7 +29,7 @@ def use_component_dtypes(fw: Any, pipe: Any, folder: Any, dtypes: Mapping[str, s
     """Load each component of ``dtypes`` (name -> dtype) from the folder in its dtype, in place of
     the pipeline's; every component with weights then casts its inputs to its own dtype."""
     for name, dtype in dtypes.items():
-        component = fw.load_component(type(getattr(pipe, name)), folder.path, name, dtype, device)
+        component = fw.load_component(type(getattr(pipe, name)), folder.path, name, dtype, device, folder.variant)
         setattr(pipe, name, component)  # both libraries' pipelines register it under that name
     for name in model_components(folder):
         if getattr(pipe, name, None) is not None:

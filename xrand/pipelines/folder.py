@@ -4,6 +4,10 @@ Everything a comparison needs to know about the folder before any model loads co
 :class:`ModelFolder` (made by :func:`read_folder`): the pipeline class ``model_index.json``
 declares, each component's class and config, the scheduler config, and a digest of every file
 but the weights (the graph cache's key). Each file is read once, here.
+
+The weights come in the forms users hold: the folder's own files, a *variant* of them
+(``unet/diffusion_pytorch_model.fp16.safetensors``, ``--variant fp16``), or a *single file* in
+the original layout with the folder giving the configs (``--model FILE --config FOLDER``).
 """
 from __future__ import annotations
 
@@ -11,8 +15,10 @@ import functools
 import hashlib
 import json
 import os
+import re
+import struct
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from ..checks import UsageError
 
@@ -20,6 +26,10 @@ INDEX = "model_index.json"
 #: Files that hold weights: not part of a folder's digest (weights are inputs, not structure).
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".ckpt", ".pt", ".pth", ".msgpack", ".h5")
 _CONFIG_NAMES = ("config.json", "scheduler_config.json")
+#: A variant's name as both libraries put it in a file name (``model.fp16.safetensors``).
+VARIANT_NAME = re.compile(r"[A-Za-z0-9_-]+")
+#: A shard's number in a weight file name (``model-00001-of-00002.safetensors``).
+_SHARD = re.compile(r"-\d{5}-of-\d{5}")
 
 
 @dataclass(frozen=True)
@@ -30,7 +40,17 @@ class ModelFolder:
     index: Mapping[str, Any]  # model_index.json
     configs: Mapping[str, Mapping[str, Any]]  # component -> its config.json or scheduler_config.json
     digest: str  # sha256 over every file but the weights
-    weights: Tuple[str, ...] = field(default=(), repr=False)  # every component's safetensors files
+    weights: Tuple[str, ...] = field(default=(), repr=False)  # the safetensors files a load reads
+    variant: Optional[str] = None  # the weights' variant (from_pretrained(variant=...)); None: the plain files
+    # component -> the variants its weight files come in (None: plain files), to say what a folder holds
+    variants: Mapping[str, Tuple[Optional[str], ...]] = field(default_factory=dict, repr=False)
+    single_file: Optional[str] = None  # one file of every weight (from_single_file); path then gives the configs
+    # the single file's tensors: name -> shape (read from its header, to check it fits the configs)
+    file_shapes: Mapping[str, Tuple[int, ...]] = field(default_factory=dict, repr=False)
+
+    def load_arguments(self) -> Dict[str, Any]:
+        """What ``from_pretrained`` is told about the weights (the variant)."""
+        return {} if self.variant is None else {"variant": self.variant}
 
     @property
     def pipeline(self) -> str:
@@ -58,13 +78,15 @@ class ModelFolder:
         return sum(os.path.getsize(path) for path in self.weights)
 
     def fingerprint(self) -> str:
-        """sha256 over every component's safetensors weights (sides from two machines are matched by it)."""
+        """sha256 over the safetensors weights a load reads (sides from two machines are matched by
+        it); a single file's by its content alone, wherever it lies and whatever its name."""
         if not self.weights:
             return f"folder:{self.digest}"
         digest = hashlib.sha256()
         for path in self.weights:
             stat = os.stat(path)
-            digest.update(os.path.relpath(path, self.path).encode() + b"\0")
+            name = "single file" if self.single_file else os.path.relpath(path, self.path)
+            digest.update(name.encode() + b"\0")
             digest.update(_sha256(os.path.realpath(path), stat.st_size, stat.st_mtime_ns).encode() + b"\0")
         return "sha256:" + digest.hexdigest()
 
@@ -111,9 +133,18 @@ def resolve_model(model: Any) -> str:
                      "; give a folder written by save_pretrained (xrand works offline)")
 
 
-def read_folder(model: Any) -> ModelFolder:
+def read_folder(model: Any, variant: Optional[str] = None, config: Optional[str] = None) -> ModelFolder:
     """Read a model folder once: model_index.json, every component's config, the digest of all
-    but the weights. ``UsageError`` naming what is missing or unreadable."""
+    but the weights, the weight files a load reads (``variant``'s where a component has them, as
+    both libraries choose). ``config``: ``model`` is a single file and this the folder of its
+    configs. ``UsageError`` naming what is missing or unreadable."""
+    if config is not None:
+        return _read_single_file(model, variant, config)
+    if isinstance(model, str) and model.endswith(SINGLE_FILE_SUFFIXES):
+        if not os.path.isfile(model):
+            raise UsageError(f"model {model!r}: no such file")
+        raise UsageError(f"model {model!r} is a single file: give --config FOLDER too, a diffusers folder of the "
+                         "same architecture that gives the configs (Settings(config=...); xrand works offline)")
     path = resolve_model(model)
     index_path = os.path.join(path, INDEX)
     try:
@@ -126,7 +157,7 @@ def read_folder(model: Any) -> ModelFolder:
                          f"({type(exc).__name__}); expected a folder written by save_pretrained") from None
     digest = hashlib.sha256()
     configs: Dict[str, Dict[str, Any]] = {}
-    weights: List[str] = []
+    found: Dict[str, Dict[Optional[str], List[str]]] = {}  # component -> variant -> its weight files
     for folder, dirs, files in sorted(os.walk(path)):
         dirs.sort()
         for name in sorted(files):
@@ -134,7 +165,8 @@ def read_folder(model: Any) -> ModelFolder:
             relative = os.path.relpath(file, path)
             if name.endswith(WEIGHT_SUFFIXES):
                 if name.endswith(".safetensors") and os.path.dirname(relative):
-                    weights.append(file)
+                    part = relative.split(os.sep)[0]
+                    found.setdefault(part, {}).setdefault(weights_variant(name), []).append(file)
                 continue
             data = index_bytes if relative == INDEX else _read(file)
             digest.update(relative.encode() + b"\0" + hashlib.sha256(data).digest())
@@ -144,7 +176,73 @@ def read_folder(model: Any) -> ModelFolder:
                     configs[part] = json.loads(data)
                 except ValueError as exc:
                     raise UsageError(f"{file!r} is not valid JSON: {exc}") from None
-    return ModelFolder(path=path, index=index, configs=configs, digest=digest.hexdigest(), weights=tuple(weights))
+    variants = {part: tuple(sorted(by, key=str)) for part, by in found.items()}
+    held = sorted({v for by in found.values() for v in by if v is not None})
+    if variant is not None and variant not in held:
+        have = f"its variants: {', '.join(held)}" if held else "it holds plain weights only: leave out --variant"
+        raise UsageError(f"model folder {model!r} has no {variant} variant of its weights "
+                         f"(no *.{variant}.safetensors); {have}")
+    # a component without the variant's files loads its plain ones, in both libraries
+    weights = [file for by in found.values() for file in (by.get(variant) or by.get(None) or [])]
+    return ModelFolder(path=path, index=index, configs=configs, digest=digest.hexdigest(),
+                       weights=tuple(sorted(weights)), variant=variant, variants=variants)
+
+
+#: What a single file of weights ends with (mindone reads safetensors only: see _read_single_file).
+SINGLE_FILE_SUFFIXES = (".safetensors", ".ckpt")
+
+
+def weights_variant(name: str) -> Optional[str]:
+    """The variant of a weight file, as diffusers names them: ``model.fp16.safetensors``,
+    ``model.fp16-00001-of-00002.safetensors`` and ``model-00001-of-00002.fp16.safetensors`` are
+    ``fp16``; ``model.safetensors`` and its shards have none."""
+    stem = name.rsplit(".", 1)[0]
+    _, dot, rest = stem.partition(".")
+    return _SHARD.sub("", rest) if dot else None
+
+
+def check_variant(variant: Any) -> Optional[str]:
+    """A variant name (``fp16``, ``non_ema``) or None."""
+    if variant is not None and (not isinstance(variant, str) or not VARIANT_NAME.fullmatch(variant)):
+        raise UsageError(f"variant must be the name in the weight files' names, e.g. fp16 for "
+                         f"diffusion_pytorch_model.fp16.safetensors (letters, digits, _ and -), got {variant!r}")
+    return variant
+
+
+def _read_single_file(model: Any, variant: Optional[str], config: str) -> ModelFolder:
+    """A single file of weights (``from_single_file``) with ``config``, the folder of its configs."""
+    if variant is not None:
+        raise UsageError(f"--variant {variant} names weight files in a folder; a single file (--model {model} "
+                         f"--config {config}) is one file: leave out --variant")
+    if not isinstance(model, str) or os.path.isdir(model):
+        raise UsageError(f"--config {config!r} is the configs of a single file, but model {model!r} is not a file; "
+                         "give --model FILE.safetensors, or leave out --config for a folder")
+    if not os.path.isfile(model):
+        raise UsageError(f"model {model!r}: no such file")
+    if model.endswith(".ckpt"):  # mindone/diffusers/models/model_loading_utils.py load_state_dict
+        raise UsageError(f"model {model!r}: mindone.diffusers reads a .ckpt as a MindSpore checkpoint, diffusers as "
+                         "torch's pickle, so no .ckpt loads on both sides; save its state dict as .safetensors "
+                         "(safetensors.torch.save_file) and give that")
+    if not model.endswith(".safetensors"):
+        raise UsageError(f"model {model!r} is not a .safetensors file; a single file of weights is "
+                         "MODEL.safetensors (with --config FOLDER)")
+    if not os.path.isdir(config):
+        raise UsageError(f"--config {config!r} is not a folder; give the diffusers folder (model_index.json and "
+                         "each component's config) of the single file's architecture")
+    folder = read_folder(config)
+    return ModelFolder(path=folder.path, index=folder.index, configs=folder.configs, digest=folder.digest,
+                       weights=(model,), single_file=model, file_shapes=_tensor_shapes(model))
+
+
+def _tensor_shapes(path: str) -> Dict[str, Tuple[int, ...]]:
+    """A safetensors file's tensor names and shapes, from its header (no tensor is read)."""
+    try:
+        with open(path, "rb") as f:
+            size = struct.unpack("<Q", f.read(8))[0]
+            header = json.loads(f.read(size)) if size < os.path.getsize(path) else None
+        return {name: tuple(entry["shape"]) for name, entry in header.items() if name != "__metadata__"}
+    except (OSError, ValueError, struct.error, KeyError, TypeError, AttributeError) as exc:
+        raise UsageError(f"model {path!r} is not a readable safetensors file ({type(exc).__name__})") from None
 
 
 def _read(path: str) -> bytes:
@@ -169,10 +267,9 @@ def check_components(folder: ModelFolder, required: Tuple[str, ...], optional: T
                              "save_pretrained)")
         if part == "scheduler" and "scheduler" not in folder.configs:
             raise UsageError(f"model folder {folder.path!r} has no scheduler/scheduler_config.json")
-        if os.path.isfile(os.path.join(where, "config.json")) and \
+        if os.path.isfile(os.path.join(where, "config.json")) and not folder.single_file and \
                 not any(w.startswith(where + os.sep) for w in folder.weights):
-            raise UsageError(f"model folder {folder.path!r} has no {part}/*.safetensors weights "
-                             "(mindone reads safetensors weights only)")
+            raise UsageError(_no_weights(folder, part))
     if denoiser_classes and declared.get(denoiser) not in denoiser_classes:
         raise UsageError(f"model folder {folder.path!r} has a {declared.get(denoiser)} as its {denoiser}; "
                          f"{pipeline} takes {' or '.join(denoiser_classes)} (the folder is a {folder.pipeline} "
@@ -182,3 +279,12 @@ def check_components(folder: ModelFolder, required: Tuple[str, ...], optional: T
         raise UsageError(f"model folder {folder.path!r} is a {folder.pipeline} folder: it has "
                          f"{', '.join(extra)}, which {pipeline} does not take; choose the folder's own pipeline "
                          f"or leave out --pipeline")
+
+
+def _no_weights(folder: ModelFolder, part: str) -> str:
+    """Why a component has no weights to load: only variants of them (name them), or none at all."""
+    variants = [v for v in folder.variants.get(part, ()) if v is not None]
+    if variants:
+        return (f"model folder {folder.path!r} holds {part}/ weights only as variants ({', '.join(variants)}): give "
+                f"--variant {variants[0]} (Settings(variant=...))")
+    return f"model folder {folder.path!r} has no {part}/*.safetensors weights (mindone reads safetensors weights only)"

@@ -120,22 +120,36 @@ class Framework:
         return False
 
     def load_pipeline(self, cls_name: str, path: str, dtype: str, device: Optional[str],
-                      arguments: Mapping[str, Any]) -> Any:
-        """``cls_name.from_pretrained(path)`` from the library, in ``dtype`` on ``device``."""
+                      arguments: Mapping[str, Any], single_file: Optional[str] = None) -> Any:
+        """``cls_name.from_pretrained(path)`` from the library, in ``dtype`` on ``device``; or, for
+        a single file of weights, ``from_single_file(single_file, config=path)`` (offline)."""
         library = self.import_library()
         with self.running(device, "pynative"), silenced():
             self.prepare()
             cls = getattr(library, cls_name)  # a lazy attribute: imports the pipeline's modules (chatty)
-            with _load_errors(path, self.library):
-                pipe = cls.from_pretrained(path, **{self._dtype_argument: self.dtype(dtype)}, **arguments)
+            dtype_argument = {self._dtype_argument: self.dtype(dtype)}
+            with _load_errors(single_file or path, self.library):
+                if single_file is None:
+                    pipe = cls.from_pretrained(path, **dtype_argument, **arguments)
+                else:
+                    with self.single_file_loading():
+                        pipe = cls.from_single_file(single_file, config=path, local_files_only=True, **dtype_argument,
+                                                    **arguments)
         return self._placed(pipe, device)
 
     _dtype_argument = ""
 
-    def load_component(self, cls: type, path: str, subfolder: str, dtype: str, device: Optional[str]) -> Any:
-        """One component of a pipeline folder, ``cls.from_pretrained(path, subfolder=...)`` in ``dtype``."""
+    def single_file_loading(self) -> contextlib.AbstractContextManager:
+        """Around ``from_single_file``: what the library needs to read one (nothing here)."""
+        return contextlib.nullcontext()
+
+    def load_component(self, cls: type, path: str, subfolder: str, dtype: str, device: Optional[str],
+                       variant: Optional[str] = None) -> Any:
+        """One component of a pipeline folder, ``cls.from_pretrained(path, subfolder=...)`` in ``dtype``
+        (from the ``variant``'s files where it has them)."""
         with self.running(device, "pynative"), silenced(), _load_errors(path, self.library):
-            component = cls.from_pretrained(path, subfolder=subfolder, **{self._dtype_argument: self.dtype(dtype)})
+            component = cls.from_pretrained(path, subfolder=subfolder, variant=variant,
+                                            **{self._dtype_argument: self.dtype(dtype)})
         return self._placed(component, device)
 
     def module_dtype(self, module: Any) -> Optional[str]:
@@ -301,6 +315,22 @@ class MindSpore(Framework):
         # Synchronous launch and oneDNN at AVX2 (a fast Conv2D): each can be set once per
         # process, so a process that already chose keeps its choice.
         mindspore_cpu.tune_cpu_runtime()
+
+    @contextlib.contextmanager
+    def single_file_loading(self):
+        # mindone/diffusers/loaders/single_file_utils.py create_diffusers_clip_model_from_ldm reads
+        # the CLIP text encoder's position_embedding.weight, which mindspore.nn.Embedding (mindone's
+        # CLIPTextModel) names embedding_table: without this no single file with a CLIP text encoder loads
+        from mindspore import nn
+
+        added = not hasattr(nn.Embedding, "weight")
+        if added:
+            nn.Embedding.weight = property(lambda embedding: embedding.embedding_table)
+        try:
+            yield
+        finally:
+            if added:
+                del nn.Embedding.weight
 
     def randn(self, shape, generator, dtype, device=None):
         from mindone.diffusers.utils import mindspore_utils

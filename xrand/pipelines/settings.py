@@ -13,6 +13,7 @@ from typing import Any, Dict, Optional, Tuple
 from ..checks import UsageError, UsageTypeError, check_seed
 from ..streams import DEFAULT_STREAM, stream_factory
 from . import schedulers
+from .folder import check_variant
 from .recipes import canonical_pipeline
 
 #: Model dtypes the pipelines run in.
@@ -87,6 +88,10 @@ class Settings:
     """
 
     model: str
+    # the weights' form: a variant of the folder's files (fp16: */*.fp16.safetensors), or, with
+    # config (a diffusers folder of the same architecture), model is one file of every weight
+    variant: Optional[str] = None
+    config: Optional[str] = None
     steps: int = 50
     seed: int = 0
     batch_size: int = 4
@@ -127,6 +132,10 @@ class Settings:
         set_ = object.__setattr__  # frozen: normalised values are set once, here
         if not isinstance(self.model, str) or not self.model:
             raise UsageError(f"model must be a folder written by save_pretrained, got {self.model!r}")
+        check_variant(self.variant)
+        if self.config is not None and (not isinstance(self.config, str) or not self.config):
+            raise UsageTypeError(f"config must be the path of a diffusers folder (the configs of a single file), "
+                                 f"got {self.config!r}")
         _positive_int("steps", self.steps)
         _positive_int("batch_size", self.batch_size)
         if self.steps > MAX_STEPS:
@@ -181,9 +190,11 @@ class Settings:
         """The pipeline inputs that were given (not None)."""
         return {name: getattr(self, name) for name in self.INPUTS if getattr(self, name) is not None}
 
-    #: The fields two sides must share (the model is matched by its weights' fingerprint).
-    COMPARED = ("steps", "seed", "batch_size", "eta", "stream", "dtype", "noise", "component_dtypes", "pipeline",
-                "scheduler", "scheduler_options", "prompt", "negative_prompt", "guidance_scale", "height", "width")
+    #: The fields two sides must share (the model is matched by its weights' fingerprint; a single
+    #: file's config folder, like a folder's configs, by nothing).
+    COMPARED = ("variant", "steps", "seed", "batch_size", "eta", "stream", "dtype", "noise", "component_dtypes",
+                "pipeline", "scheduler", "scheduler_options", "prompt", "negative_prompt", "guidance_scale", "height",
+                "width")
     #: (input files are matched by their content's digest, in what each side ran)
     COMPARED = COMPARED + tuple(n for n in FAMILY_INPUTS if n not in FILE_INPUTS) + ("call_options",)
 

@@ -23,7 +23,8 @@ recipe says:
   turn any scheduler into DDIM and ``DDPMPipeline`` skips ``init_noise_sigma`` and
   ``scale_model_input``; ``library_dtypes``: the dtypes the library pipeline can run in (in
   others, the generic loop too);
-- ``load``: how a side loads it (by default the library's class ``from_pretrained``).
+- ``load``: how a side loads it (by default the library's class ``from_pretrained``, or
+  ``from_single_file`` for a single file of weights where ``check_single_file`` takes its layout).
 """
 from __future__ import annotations
 
@@ -153,8 +154,15 @@ class Recipe:
         return None
 
     def load(self, fw: Any, folder: Any, dtype: str, device: Any) -> Any:
-        """The pipeline, loaded on framework ``fw`` from the folder (a ``ModelFolder``)."""
-        return fw.load_pipeline(self.pipeline, folder.path, dtype, device, self.load_arguments)
+        """The pipeline, loaded on framework ``fw`` from the folder (a ``ModelFolder``): its files
+        (or their variant), or its single file with the folder's configs."""
+        return fw.load_pipeline(self.pipeline, folder.path, dtype, device,
+                                {**self.load_arguments, **folder.load_arguments()}, single_file=folder.single_file)
+
+    def check_single_file(self, folder: Any) -> Optional[str]:
+        """Why this pipeline is not loaded from the folder's single file (None: it is). Here: no
+        pipeline is, until its recipe checks the file's layout against the configs."""
+        return f"xrand does not load {self.pipeline} from a single file"
 
     def denoiser_of(self, pipe: Any) -> Any:
         return getattr(pipe, self.denoiser)

@@ -2,12 +2,21 @@
 guidance; text to image, image to image, inpainting."""
 from __future__ import annotations
 
+from typing import Any, Optional
+
 from .conditional import ConditionalRecipe
+
+#: Where each component's weights are in a Stable Diffusion 1.x single file (the original layout,
+#: e.g. v1-5-pruned-emaonly.safetensors), as both libraries' ``from_single_file`` read it.
+UNET_PREFIX = "model.diffusion_model."
+VAE_PREFIX = "first_stage_model."
+TEXT_ENCODER_PREFIX = "cond_stage_model.transformer."
 
 
 class StableDiffusionRecipe(ConditionalRecipe):
     """Text to image. The library pipeline runs every scheduler as given (``scale_model_input``
-    and the scheduler's own ``step``), so it always runs."""
+    and the scheduler's own ``step``), so it always runs. Loads from a Stable Diffusion 1.x
+    single file too."""
 
     pipeline = "StableDiffusionPipeline"
     denoiser_classes = ("UNet2DConditionModel",)
@@ -16,6 +25,26 @@ class StableDiffusionRecipe(ConditionalRecipe):
     inputs = ("prompt", "negative_prompt", "guidance_scale", "height", "width")
     takes_eta = True
     load_arguments = {"safety_checker": None, "feature_extractor": None, "requires_safety_checker": False}
+
+    def check_single_file(self, folder: Any) -> Optional[str]:
+        """A single file of every component in the original layout, whose UNet takes the
+        config's input channels at its width and cross-attends at its width (an SD 2 or SDXL
+        file, or another config, is refused here rather than half-loaded)."""
+        shapes = folder.file_shapes
+        for prefix, part in ((UNET_PREFIX, "UNet"), (VAE_PREFIX, "VAE"), (TEXT_ENCODER_PREFIX, "CLIP text encoder")):
+            if not any(name.startswith(prefix) for name in shapes):
+                return (f"it holds no {prefix}* tensors (a {part} in the original Stable Diffusion 1.x layout, "
+                        "as v1-5-pruned-emaonly.safetensors holds them)")
+        unet = folder.config("unet")
+        conv_in = shapes.get(UNET_PREFIX + "input_blocks.0.0.weight", ())[:2]
+        want = (unet.get("block_out_channels", [None])[0], unet.get("in_channels"))
+        if conv_in != want:
+            return f"its UNet's first convolution is {conv_in} (out, in channels), the config's unet {want}"
+        keys = sorted(n for n in shapes if n.startswith(UNET_PREFIX) and n.endswith("attn2.to_k.weight"))
+        width = unet.get("cross_attention_dim")
+        if keys and shapes[keys[0]][1:] != (width,):
+            return f"its UNet cross-attends at width {shapes[keys[0]][1]}, the config's unet at {width}"
+        return None
 
 
 class StableDiffusionImg2ImgRecipe(StableDiffusionRecipe):

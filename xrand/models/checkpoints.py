@@ -1,0 +1,165 @@
+"""A diffusers folder in the other forms users hold: a weights *variant* (``save_pretrained(variant=
+"fp16")``, the form most hub repositories ship) and a *single file* in the original (LDM) layout
+(``v1-5-pruned-emaonly.safetensors``, what ``from_single_file`` reads), written offline from a
+folder (a tiny one from :mod:`xrand.models`).
+
+    from xrand.models.checkpoints import save_single_file, save_variant
+    save_variant("tiny-sd", "tiny-sd-fp16")                  # */*.fp16.safetensors, float16 weights
+    save_single_file("tiny-sd", "tiny-sd.safetensors")       # one file, float32, the original layout
+    pipe = diffusers.StableDiffusionPipeline.from_single_file("tiny-sd.safetensors", config="tiny-sd")
+
+The single file is the inverse of diffusers' own conversion (``diffusers.loaders.single_file_utils``:
+``convert_ldm_unet_checkpoint``, ``convert_ldm_vae_checkpoint``, ``convert_ldm_clip_checkpoint``),
+for Stable Diffusion 1.x folders (a UNet2DConditionModel, an AutoencoderKL, a CLIPTextModel) of
+any size; converting it back gives the folder's tensors exactly.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Callable, List, Mapping, Tuple
+
+from ..checks import UsageError
+from ..pipelines.folder import weights_variant
+from ..pipelines.recipes.stable_diffusion import TEXT_ENCODER_PREFIX, UNET_PREFIX, VAE_PREFIX
+from .folders import PathLike
+
+#: The tiny families (xrand.models.TINY_MODELS) that convert to a single file: Stable Diffusion 1.x's.
+SINGLE_FILE_MODELS = ("sd", "sd-inpaint")
+
+# diffusers -> LDM names inside a UNet resnet and a VAE attention (the reverse of diffusers' renames)
+_UNET_RESNET = (("norm1", "in_layers.0"), ("conv1", "in_layers.2"), ("norm2", "out_layers.0"),
+                ("conv2", "out_layers.3"), ("time_emb_proj", "emb_layers.1"), ("conv_shortcut", "skip_connection"))
+_VAE_ATTENTION = (("group_norm", "norm"), ("to_q", "q"), ("to_k", "k"), ("to_v", "v"), ("to_out.0", "proj_out"))
+
+
+def save_variant(folder: PathLike, out: PathLike, variant: str = "fp16", dtype: str = "float16") -> Path:
+    """The folder's pipeline saved again by ``save_pretrained(out, variant=variant)`` with its
+    weights in ``dtype``: every weight file named ``*.{variant}.safetensors``, no plain ones."""
+    import torch
+    from diffusers import DiffusionPipeline
+
+    out = Path(out)
+    if (out / "model_index.json").exists():
+        raise UsageError(f"{str(out)!r} already holds a model (model_index.json); give an empty or new folder")
+    pipe = DiffusionPipeline.from_pretrained(str(folder))
+    pipe.to(getattr(torch, dtype)).save_pretrained(str(out), variant=variant, safe_serialization=True)
+    return out
+
+
+def save_single_file(folder: PathLike, path: PathLike) -> Path:
+    """A Stable Diffusion 1.x folder's weights as one safetensors file in the original layout
+    (its tensors as they are: a float32 folder gives a float32 file)."""
+    from safetensors.torch import load_file, save_file
+
+    folder, path = Path(folder), check_new_file(path)
+    index = json.loads((folder / "model_index.json").read_text())
+    parts = {"unet": ("UNet2DConditionModel", UNET_PREFIX, _unet_rules),
+             "vae": ("AutoencoderKL", VAE_PREFIX, _vae_rules),
+             "text_encoder": ("CLIPTextModel", TEXT_ENCODER_PREFIX, None)}  # its names are the same
+    state = {}
+    for part, (cls, prefix, rules) in parts.items():
+        if (index.get(part) or [None, None])[1] != cls:
+            raise UsageError(f"{str(folder)!r} has no {cls} as its {part}: only Stable Diffusion 1.x folders "
+                             "(UNet2DConditionModel, AutoencoderKL, CLIPTextModel) convert to a single file")
+        renames = rules(json.loads((folder / part / "config.json").read_text())) if rules else None
+        for file in sorted(f for f in (folder / part).glob("*.safetensors") if weights_variant(f.name) is None):
+            for key, tensor in load_file(str(file)).items():
+                name = _rename(key, renames, cls) if renames else key
+                if part == "vae" and ".attn_1." in name and tensor.ndim == 2:
+                    tensor = tensor[:, :, None, None]  # the original VAE attention is 1x1 convolutions
+                state[prefix + name] = tensor.contiguous()
+    save_file(state, str(path), metadata={"format": "pt"})
+    return path
+
+
+def check_new_file(path: PathLike) -> Path:
+    """``Path(path)``, refused where a file is there already (nothing is overwritten)."""
+    if Path(path).exists():
+        raise UsageError(f"{str(path)!r} exists; give a new file name")
+    return Path(path)
+
+
+Rules = Tuple[Mapping[str, str], List[Tuple[str, Callable[..., str]]]]  # fixed names; (pattern, LDM name) pairs
+
+
+def _unet_rules(config: Mapping) -> Rules:
+    """A diffusers UNet2DConditionModel's names -> LDM's (``input_blocks``, ``middle_block``, ...)."""
+    from diffusers.loaders.single_file_utils import DIFFUSERS_TO_LDM_MAPPING
+
+    per_block = config["layers_per_block"] + 1  # LDM blocks per diffusers block: its layers and a sampler
+    attention_up = [t.startswith("CrossAttn") for t in config["up_block_types"]]
+    return DIFFUSERS_TO_LDM_MAPPING["unet"]["layers"], [
+        (r"down_blocks\.(\d+)\.resnets\.(\d+)\.(.*)",
+         lambda b, j, rest: f"input_blocks.{1 + b * per_block + j}.0.{_resnet(rest)}"),
+        (r"down_blocks\.(\d+)\.attentions\.(\d+)\.(.*)",
+         lambda b, j, rest: f"input_blocks.{1 + b * per_block + j}.1.{rest}"),
+        (r"down_blocks\.(\d+)\.downsamplers\.0\.conv\.(.*)",
+         lambda b, rest: f"input_blocks.{(b + 1) * per_block}.0.op.{rest}"),
+        (r"mid_block\.resnets\.(\d+)\.(.*)",
+         lambda k, rest: f"middle_block.{2 * k}.{_resnet(rest)}"),
+        (r"mid_block\.attentions\.0\.(.*)",
+         lambda rest: f"middle_block.1.{rest}"),
+        (r"up_blocks\.(\d+)\.resnets\.(\d+)\.(.*)",
+         lambda b, j, rest: f"output_blocks.{b * per_block + j}.0.{_resnet(rest)}"),
+        (r"up_blocks\.(\d+)\.attentions\.(\d+)\.(.*)",
+         lambda b, j, rest: f"output_blocks.{b * per_block + j}.1.{rest}"),
+        (r"up_blocks\.(\d+)\.upsamplers\.0\.conv\.(.*)",
+         lambda b, rest: f"output_blocks.{(b + 1) * per_block - 1}.{2 if attention_up[b] else 1}.conv.{rest}"),
+    ]
+
+
+def _vae_rules(config: Mapping) -> Rules:
+    """A diffusers AutoencoderKL's names -> LDM's (``encoder.down.0.block.0``, ``decoder.up.1``, ...)."""
+    from diffusers.loaders.single_file_utils import DIFFUSERS_TO_LDM_MAPPING
+
+    last_up = len(config["up_block_types"]) - 1  # the LDM decoder numbers its up blocks the other way
+    return DIFFUSERS_TO_LDM_MAPPING["vae"], [
+        (r"encoder\.down_blocks\.(\d+)\.resnets\.(\d+)\.(.*)",
+         lambda i, j, rest: f"encoder.down.{i}.block.{j}.{_shortcut(rest)}"),
+        (r"encoder\.down_blocks\.(\d+)\.downsamplers\.0\.(.*)",
+         lambda i, rest: f"encoder.down.{i}.downsample.{rest}"),
+        (r"decoder\.up_blocks\.(\d+)\.resnets\.(\d+)\.(.*)",
+         lambda i, j, rest: f"decoder.up.{last_up - i}.block.{j}.{_shortcut(rest)}"),
+        (r"decoder\.up_blocks\.(\d+)\.upsamplers\.0\.(.*)",
+         lambda i, rest: f"decoder.up.{last_up - i}.upsample.{rest}"),
+        (r"(encoder|decoder)\.mid_block\.resnets\.(\d+)\.(.*)",
+         lambda side, k, rest: f"{side}.mid.block_{k + 1}.{rest}"),
+        (r"(encoder|decoder)\.mid_block\.attentions\.0\.(.*)",
+         lambda side, rest: f"{side}.mid.attn_1.{_attention(rest)}"),
+    ]
+
+
+def _rename(key: str, rules: Rules, cls: str) -> str:
+    """A diffusers weight name -> its LDM name, by the first rule that matches it."""
+    fixed, patterns = rules
+    if key in fixed:
+        return fixed[key]
+    for pattern, rename in patterns:
+        match = re.fullmatch(pattern, key)
+        if match:
+            return rename(*(int(g) if g.isdigit() else g for g in match.groups()))
+    raise UsageError(f"{cls} weight {key!r} has no place in the original layout (a Stable Diffusion 1.x folder "
+                     "converts; other architectures do not)")
+
+
+def _replace_first(rest: str, pairs: Tuple[Tuple[str, str], ...]) -> str:
+    """``rest`` with its first name, where ``pairs`` (diffusers name, LDM name) has it, in LDM's."""
+    for diffusers_name, ldm_name in pairs:
+        if rest.startswith(diffusers_name + "."):
+            return ldm_name + rest[len(diffusers_name):]
+    return rest
+
+
+def _resnet(rest: str) -> str:
+    return _replace_first(rest, _UNET_RESNET)
+
+
+def _shortcut(rest: str) -> str:
+    return _replace_first(rest, (("conv_shortcut", "nin_shortcut"),))
+
+
+def _attention(rest: str) -> str:
+    return _replace_first(rest, _VAE_ATTENTION)
+
