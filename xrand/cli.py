@@ -135,7 +135,7 @@ def cmd_compare(args) -> int:
 
 #: compare's options that are not settings of the comparison: a folder that holds a comparison
 #: takes every setting from its manifest when none but these is given
-_NOT_SETTINGS = {"--out", "--only", "--model", "--quiet", "--device", "--mindspore-mode"}
+_NOT_SETTINGS = {"--out", "--only", "--model", "--config", "--quiet", "--device", "--mindspore-mode"}
 #: what each framework's stages need installed
 _INSTALLED = {"torch": ("torch", "diffusers"), "mindspore": ("mindspore", "mindone")}
 
@@ -174,7 +174,8 @@ def _compare_in_stages(args, out_dir: str) -> int:
             store = report_store(out_dir, manifest)
         else:
             plan = plan_from_manifest(manifest, frameworks, model=args.model, devices=_devices(args.device),
-                                      mindspore_mode=args.mindspore_mode, default_model=default_model())
+                                      mindspore_mode=args.mindspore_mode, default_model=default_model(),
+                                      config=args.config)
             store = Store(plan, Asks.from_dict(manifest["asks"]), out_dir)
     else:
         if not frameworks:

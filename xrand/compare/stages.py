@@ -130,17 +130,21 @@ def planned(plan: Plan) -> Dict[str, Any]:
 
 def plan_from_manifest(manifest: Mapping[str, Any], frameworks: Sequence[str], model: Optional[str] = None,
                        devices: Optional[Mapping[str, str]] = None, mindspore_mode: Optional[str] = None,
-                       default_model: Optional[str] = None) -> Plan:
-    """The plan a comparison folder was made with, for ``frameworks`` on this machine; ``model``:
-    the model folder's path here when it differs from the manifest's (``default_model``: this
-    machine's copy of the embedded model, which the manifest names as such)."""
+                       default_model: Optional[str] = None, config: Optional[str] = None) -> Plan:
+    """The plan a comparison folder was made with, for ``frameworks`` on this machine; ``model``
+    (and a single file's ``config`` folder): their paths here where they differ from the
+    manifest's (``default_model``: this machine's copy of the embedded model, which the manifest
+    names as such)."""
     saved = manifest["plan"]
     if model is None and saved.get("embedded_model"):
         model = default_model
-    if model is None and not os.path.exists(saved["settings"]["model"]):
-        raise UsageError(f"the model folder {saved['settings']['model']!r} that {MANIFEST} names is not on this "
-                         "machine; give its path here with --model PATH")
-    settings = Settings(**{**saved["settings"], **({"model": model} if model else {})})
+    here = {"model": model, "config": config}
+    for name, flag in (("model", "--model PATH"), ("config", "--config FOLDER")):
+        there = saved["settings"].get(name)
+        if here[name] is None and there is not None and not os.path.exists(there):
+            raise UsageError(f"the {name} {there!r} that {MANIFEST} names is not on this machine; give its path "
+                             f"here with {flag}")
+    settings = Settings(**{**saved["settings"], **{k: v for k, v in here.items() if v is not None}})
     asks = Asks.from_dict(manifest["asks"])
     return make_plan(settings, frameworks=frameworks, devices=devices, tolerance=saved["tolerance"],
                      mindspore_mode=mindspore_mode or saved["mindspore_mode"], lockstep=asks.lockstep,

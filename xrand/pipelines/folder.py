@@ -96,7 +96,7 @@ def component_digests(folder: ModelFolder) -> Dict[str, str]:
     model folder are matched component by component."""
     digests: Dict[str, Any] = {}
     for path in folder.weights:
-        relative = os.path.relpath(path, folder.path)
+        relative = "single file" if folder.single_file else os.path.relpath(path, folder.path)
         stat = os.stat(path)
         digest = digests.setdefault(relative.split(os.sep)[0], hashlib.sha256())
         digest.update(relative.encode() + b"\0" + _sha256(os.path.realpath(path), stat.st_size,
