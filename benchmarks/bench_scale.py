@@ -48,7 +48,7 @@ PROMPT = "a red circle on a blue square"
 
 
 def child(argv) -> None:
-    """Runs in a fresh process: one staged compare of the folder at one size, measured."""
+    """Runs in a fresh process: the stages of one compare of the folder at one size, measured."""
     import threading
 
     # "all": every stage; "default": sides and floor, as xrand compare; "sides": the sides only;

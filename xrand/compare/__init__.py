@@ -1,12 +1,13 @@
 """torch against MindSpore: plan a comparison once, run both sides, and measure how far apart they end.
 
 Modules, each importing only those above it in this list: :mod:`.trees` (nested inputs and
-outputs), :mod:`.metrics`, :mod:`.plan` (settings resolved once), :mod:`.boundary` (the
-denoiser and scheduler calls: recorded, fed), :mod:`.sides` (one framework's run),
-:mod:`.known` (measured causes a verdict names), :mod:`.result` (two sides compared),
-:mod:`.floor` (torch's own noise floor), :mod:`.layers` (which module parts them), :mod:`.run`
-(both sides in one process), :mod:`.matrix` (every scheduler), :mod:`.sidefile` (a side in a
-file), :mod:`.staged` (a comparison in stages, each kept in the output folder as it finishes).
+outputs), :mod:`.metrics`, :mod:`.records` (tensors kept by key, in memory or in files),
+:mod:`.plan` (settings resolved once), :mod:`.boundary` (the denoiser and scheduler calls:
+recorded, fed), :mod:`.sides` (one framework's run), :mod:`.known` (measured causes a verdict
+names), :mod:`.result` (two sides compared), :mod:`.floor` (torch's own noise floor),
+:mod:`.layers` (which module parts them), :mod:`.sidefile` (a side in a file), :mod:`.stages`
+(the stages of every comparison and their one runner, in memory or in a comparison folder that
+two machines share), :mod:`.run` (both sides in one process), :mod:`.matrix` (every scheduler).
 """
 from .layers import LayerOptions
 from .plan import DEFAULT_TOLERANCE, Plan, make_plan

@@ -117,7 +117,7 @@ class LayerReport:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "LayerReport":
-        """The report :meth:`to_dict` wrote (``report.json``'s, ``stages.json``'s), read back."""
+        """The report :meth:`to_dict` wrote (``report.json``'s, ``manifest.json``'s), read back."""
         known = {"name", "type", "rel_l2", "local_rel_l2", "max_abs", "limit", "over", "floor_rel_l2", "call"}
 
         def number(value: Any) -> Optional[float]:
