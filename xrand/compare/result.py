@@ -35,7 +35,7 @@ class Comparison:
     layers: Optional[Any] = None  # a layers.LayerReport
     # the second side's timesteps where the two libraries' schedulers gave other ones for the same config
     timesteps_b: Optional[List[float]] = None
-    stages: Optional[Dict[str, List[str]]] = None  # {"done", "missing", "bytes"} of a run into a comparison folder (.stages)
+    stages: Optional[Dict[str, Any]] = None  # {"done", "missing", "bytes"} of a run into a comparison folder (.stages)
 
     @property
     def passed(self) -> bool:
