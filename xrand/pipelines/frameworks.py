@@ -222,6 +222,13 @@ class Framework:
         the one asked, cache, oneDNN)."""
         return {}
 
+    def unload(self, pipe: Any) -> None:
+        """Before a pipeline is dropped (its weights are most of a side's memory): what frees its
+        memory even while something still refers to it."""
+
+    def unloaded(self) -> None:
+        """After a pipeline was dropped and collected: what gives the framework's memory back."""
+
 
 class Torch(Framework):
     name = "torch"
@@ -285,6 +292,15 @@ class Torch(Framework):
 
         with torch.no_grad():
             yield {}
+
+
+    def unload(self, pipe):
+        # the modules to the meta device: their memory goes even while a caller's frame still refers to them
+        import torch
+
+        for component in (getattr(pipe, "components", None) or {}).values():
+            if isinstance(component, torch.nn.Module):
+                component.to("meta")
 
 
 class MindSpore(Framework):
@@ -399,6 +415,14 @@ class MindSpore(Framework):
         from ..mindspore_cpu import half_precision
 
         return half_precision()  # on a CPU target only
+
+    def unloaded(self):
+        import mindspore
+
+        # Graph mode keeps each compiled cell's graph and runtime memory (and so the cell) until
+        # told: about 10 GB for a Stable-Diffusion-1.5-sized UNet at 256x256 (benchmarks/bench_scale.py)
+        mindspore.ms_memory_recycle()
+        gc.collect()
 
     def environment(self, mode, state, mode_reason=None):
         from ..mindspore_cpu import onednn_isa
