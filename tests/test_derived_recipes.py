@@ -75,15 +75,24 @@ def test_what_the_derivation_cannot_decide_is_listed_and_refused_until_the_recip
                                                "declares DPMSolverMultistepScheduler"):
         sana.scheduler_kind
     assert derived_recipe("SanaPipeline", scheduler_kind=schedulers.FLOW).undecided() == {}
-    flux = derive("FluxPipeline").undecided
-    assert flux == {"size_multiple": "check_inputs asks height % (self.vae_scale_factor * 2)"}
+    sd3 = derive("StableDiffusion3Pipeline").undecided
+    assert sd3 == {"size_multiple": "check_inputs asks height % (self.vae_scale_factor * self.patch_size)"}
     assert "scheduler_kind" in derive("CogVideoXPipeline").undecided  # its own samplers
 
 
 def test_a_method_given_in_place_of_a_field_settles_it():
-    from xrand.pipelines.recipes.flux import FluxRecipe
+    from xrand.pipelines.recipes.stable_diffusion_3 import StableDiffusion3Recipe
 
-    assert derived_recipe("FluxPipeline", base=FluxRecipe).undecided() == {}  # FluxRecipe.size_multiple_of
+    assert derived_recipe("StableDiffusion3Pipeline", base=StableDiffusion3Recipe).undecided() == {}
+
+
+def test_a_size_rule_on_the_vae_scale_factor_is_read_from_the_folder_or_the_class(tiny_folder):
+    from xrand.pipelines.folder import read_folder
+
+    flux = read_folder(tiny_folder("flux"))  # a 2x VAE: Flux packs latents 2x2
+    assert derived_recipe("FluxPipeline").size_multiple_of(flux) == RECIPES["FluxPipeline"].size_multiple_of(flux) == 4
+    # Lumina2Pipeline sets its vae_scale_factor to 8 whatever its VAE, and asks for multiples of twice that
+    assert derived_recipe("Lumina2Pipeline").size_multiple_of(flux) == 16
 
 
 def test_every_registered_derived_recipe_decides_everything():

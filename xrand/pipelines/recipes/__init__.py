@@ -12,6 +12,7 @@ from typing import Dict, Tuple
 from ...checks import UsageError, UsageTypeError
 from .base import Recipe, flag
 from .derived import DerivedRecipe, derived_recipe
+from .families import derived_recipes
 from .flux import FluxImg2ImgRecipe, FluxKontextRecipe, FluxRecipe
 from .ltx import LTXRecipe
 from .pixart import PixArtSigmaRecipe
@@ -36,7 +37,7 @@ def register_recipe(recipe: Recipe) -> Recipe:
 for _recipe in (DDIMRecipe(), DDPMRecipe(), StableDiffusionRecipe(), StableDiffusionImg2ImgRecipe(),
                 StableDiffusionInpaintRecipe(), StableDiffusionXLRecipe(), StableDiffusionXLImg2ImgRecipe(),
                 StableDiffusionXLInpaintRecipe(), StableDiffusion3Recipe(), FluxRecipe(), FluxImg2ImgRecipe(),
-                FluxKontextRecipe(), PixArtSigmaRecipe(), WanRecipe(), LTXRecipe()):
+                FluxKontextRecipe(), PixArtSigmaRecipe(), WanRecipe(), LTXRecipe()) + derived_recipes():
     register_recipe(_recipe)
 
 

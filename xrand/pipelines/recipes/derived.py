@@ -14,7 +14,8 @@ installed; both ship it under one name) once, when a recipe first needs it:
 - inputs: the ``__call__`` keywords that are :data:`..inputs.INPUTS`; required: the
   prompt, ``image`` for image-to-image, inpainting and editing classes (by their names: their
   calls give ``image`` a default of None), ``mask`` for inpainting;
-- the size multiple from ``check_inputs`` (``height % 16 != 0``; an expression is undecided);
+- the size multiple from ``check_inputs`` (``height % 16 != 0``, or ``% (self.vae_scale_factor * 2)``
+  read from the folder's VAE; another expression is undecided);
 - the batch keyword, whether the call takes ``eta``, and which schedulers its own call runs as
   given: every one of its kind, unless it converts its scheduler in ``__init__``
   (``DDIMScheduler.from_config(scheduler.config)``) or, on a noise model, never calls
@@ -158,8 +159,13 @@ def derive(pipeline: str) -> Derivation:
     values["required_inputs"] = tuple(dict.fromkeys(n for n in inputs if n in required))
 
     sizes = re.findall(r"height % (.+?) != 0", _source(getattr(cls, "check_inputs", None)))
+    vae_times = re.fullmatch(r"\(?self\.vae_scale_factor(?: \* (\d+))?\)?", sizes[0]) if sizes else None
     if len(set(sizes)) == 1 and sizes[0].isdigit():
         values["size_multiple"] = int(sizes[0])
+    elif len(set(sizes)) == 1 and vae_times:
+        fixed = re.search(r"self\.vae_scale_factor = (\d+)\n", _source(cls.__init__))  # Lumina 2's is 8, whatever the VAE
+        times = int(vae_times.group(1) or 1)  # else the folder's VAE decides (DerivedRecipe.size_multiple_of)
+        values["size_multiple"] = int(fixed.group(1)) * times if fixed else ("vae_scale_factor", times)
     elif sizes:
         undecided["size_multiple"] = f"check_inputs asks height % {sizes[0]}"
     elif {"height", "width"} & set(inputs):
@@ -215,6 +221,14 @@ class DerivedRecipe(Recipe):
     batch_argument = _Derived()
     takes_eta = _Derived()
     native_schedulers = _Derived()
+
+    def size_multiple_of(self, folder: Any) -> int:
+        multiple = self.size_multiple
+        if isinstance(multiple, tuple):  # ("vae_scale_factor", n): n pixels per latent
+            from .conditional import vae_scale_factor
+
+            return vae_scale_factor(folder) * multiple[1]
+        return multiple
 
     def undecided(self) -> Dict[str, str]:
         """What the pipeline class left open and this recipe does not say (field -> why): empty
