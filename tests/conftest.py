@@ -51,6 +51,23 @@ def unipc_flow_timesteps_agree(steps=3):
     return np.allclose(np.asarray(a.timesteps, float), b.timesteps.asnumpy().astype(float), rtol=1e-3, atol=1e-3)
 
 
+@pytest.fixture(scope="session")
+def tiny_folder(tmp_path_factory):
+    """``tiny_folder(name)``: the tiny folder ``name`` (xrand.models.TINY_MODELS), built once per
+    session and shared by every test file that asks for it."""
+    from xrand.models import build_tiny
+
+    built = {}
+    root = tmp_path_factory.mktemp("tiny-folders")
+
+    def folder(name):
+        if name not in built:
+            built[name] = str(build_tiny(name, root / name))
+        return built[name]
+
+    return folder
+
+
 def make_tiny_model(path):
     """A random 1-channel UNet2DModel with an attention block, saved as a DDIMPipeline folder
     (needs torch and diffusers only; mindone reads the same folder)."""

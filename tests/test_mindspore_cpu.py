@@ -794,3 +794,61 @@ def test_the_family_fallbacks_compile_in_graph_mode_with_pynatives_numbers():
             graph = [o.asnumpy() for o in block(*inputs)]
     for g, p in zip(graph, pynative):
         np.testing.assert_allclose(g, p, rtol=1e-6, atol=1e-6)
+
+
+# ---------------------------------------------------------------- Sana, Lumina 2 (Gemma-2) operators
+
+def _gemma_originals():
+    return {"Tensor.normal_": vars(ms.Tensor).get("normal_"), "Tensor.zero_": vars(ms.Tensor).get("zero_"),
+            "mint.tril": mint.tril, "mint.unique": mint.unique, "mint.norm": mint.norm}
+
+
+def test_the_gemma_family_operators_fail_without_their_stand_ins_and_are_replaced_and_restored():
+    """Why each stand-in exists (if MindSpore gains a CPU kernel, this test says so)."""
+    x = ms.tensor(_rand(3, 4))
+    for call in (lambda: ms.tensor(_rand(2, 3)).normal_(), lambda: ms.tensor(_rand(2, 3)).zero_(),
+                 lambda: mint.tril(x), lambda: mint.unique(ms.tensor(np.array([2, 1, 2]))),
+                 lambda: mint.norm(x, dim=-1)):
+        with pytest.raises(RuntimeError, match="kernel"):
+            call().asnumpy()
+    before = _gemma_originals()
+    mindspore_cpu.install()
+    assert [k for k, v in _gemma_originals().items() if v is before[k]] == []
+    mindspore_cpu.uninstall()
+    assert _gemma_originals() == before
+
+
+def test_normal_and_zero_fill_in_place(fallbacks):
+    """What mindone.transformers' Gemma-2 initialisation asks of them (loading replaces the values)."""
+    x = ms.tensor(np.zeros((200, 50), np.float32))
+    assert x.normal_(mean=1.0, std=0.5) is x
+    values = x.asnumpy()
+    assert abs(values.mean() - 1.0) < 0.02 and abs(values.std() - 0.5) < 0.02
+    assert x.zero_() is x and not x.asnumpy().any()
+    with pytest.raises(RuntimeError, match="takes no generator"):
+        x.normal_(generator=object())
+
+
+@pytest.mark.parametrize("diagonal", [0, -2, 1])
+def test_tril_matches_torch(fallbacks, diagonal):
+    x = _rand(2, 5, 5)
+    np.testing.assert_array_equal(mint.tril(ms.tensor(x), diagonal=diagonal).asnumpy(),
+                                  torch.tril(torch.from_numpy(x), diagonal=diagonal).numpy())
+    mask = np.ones((4, 4), bool)
+    np.testing.assert_array_equal(mint.tril(ms.tensor(mask), diagonal=-1).asnumpy(), np.tril(mask, -1))
+
+
+@pytest.mark.parametrize("inverse, counts", [(False, False), (True, True)])
+def test_unique_matches_torch(fallbacks, inverse, counts):
+    values = np.array([[3, 1, 3], [2, 1, 7]], np.int64)
+    got = mint.unique(ms.tensor(values), return_inverse=inverse, return_counts=counts)
+    want = torch.unique(torch.from_numpy(values), return_inverse=inverse, return_counts=counts)
+    for g, w in zip(got if inverse else (got,), want if inverse else (want,)):
+        np.testing.assert_array_equal(g.asnumpy(), w.numpy())
+
+
+@pytest.mark.parametrize("p, dim, keepdim", [("fro", -1, True), (2, None, False), (1, 0, False), (3, (0, 1), True)])
+def test_norm_matches_torch(fallbacks, p, dim, keepdim):
+    x = _rand(3, 4, 5)
+    np.testing.assert_allclose(mint.norm(ms.tensor(x), p=p, dim=dim, keepdim=keepdim).asnumpy(),
+                               torch.norm(torch.from_numpy(x), p=p, dim=dim, keepdim=keepdim).numpy(), rtol=2e-6)

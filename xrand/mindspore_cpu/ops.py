@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 import mindspore as ms
+import numpy as np
 from mindspore import ops
 
 # Whether _conv2d runs MindSpore's Conv2D (set by runtime.cap_onednn_isa; compiled into graphs
@@ -494,6 +495,58 @@ def _randn(*size, generator=None, dtype=None):
     if len(size) == 1 and isinstance(size[0], (tuple, list)):
         size = tuple(size[0])
     return ops.standard_normal(tuple(size)).astype(ms.float32 if dtype is None else dtype)
+
+
+@fallback_for("mindspore.Tensor.normal_")
+def _normal_(input, mean=0, std=1, *, generator=None):
+    """Tensor.normal_ (kernel InplaceNormal; mindone.transformers' Gemma-2 initialises its weights
+    with it when built, and loading the weights replaces them): filled in place from MindSpore's
+    StandardNormal, seeded by ``ms.set_seed``; a ``generator`` is refused rather than ignored."""
+    if generator is not None:
+        raise RuntimeError("xrand's CPU stand-in for Tensor.normal_ draws from MindSpore's global seed; "
+                           "it takes no generator")
+    input.assign_value((ops.standard_normal(tuple(input.shape)) * std + mean).astype(input.dtype))
+    return input
+
+
+@fallback_for("mindspore.Tensor.zero_")
+def _zero_(input):
+    """Tensor.zero_ (kernel InplaceZero; Gemma-2's initialisation zeroes its biases with it):
+    filled with zeros in place."""
+    input.assign_value(ops.zeros(tuple(input.shape), input.dtype))
+    return input
+
+
+@fallback_for("mindspore.mint.tril")
+def _tril(input, diagonal=0):
+    """mint.tril (kernel TrilExt; Gemma-2's sliding-window mask): ops.tril, which has a CPU kernel."""
+    return ops.tril(input, diagonal)
+
+
+@fallback_for("mindspore.mint.unique")
+def _unique(input, sorted=True, return_inverse=False, return_counts=False, dim=None):
+    """mint.unique (kernel Unique2; Lumina 2's transformer asks whether its captions differ in
+    length): the sorted unique values, as torch.unique on a CPU gives them (``sorted`` or not)."""
+    if dim is not None:
+        raise ValueError("xrand's CPU mint.unique takes no dim")
+    values, inverse, counts = np.unique(input.asnumpy(), return_inverse=True, return_counts=True)
+    out = (ms.tensor(values),) + ((ms.tensor(inverse.reshape(input.shape)),) if return_inverse else ()) \
+        + ((ms.tensor(counts),) if return_counts else ())
+    return out if len(out) > 1 else out[0]
+
+
+@fallback_for("mindspore.mint.norm")
+def _norm(input, p="fro", dim=None, keepdim=False, *, dtype=None):
+    """mint.norm (kernel LinalgVectorNorm; Lumina 2's guidance normalisation): a vector p-norm
+    over ``dim`` (all elements when None), p a positive number or "fro" (2)."""
+    if dtype is not None:
+        input = input.astype(dtype)
+    p = 2 if p == "fro" else p
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or p <= 0 or p == float("inf"):
+        raise ValueError(f"xrand's CPU mint.norm takes p 'fro' or a positive number, not {p!r}")
+    if p == 2:
+        return ops.sqrt(ops.sum(input * input, dim, keepdim))
+    return ops.pow(ops.sum(ops.pow(ops.abs(input), p), dim, keepdim), 1.0 / p)
 
 
 @fallback_for("mindone.diffusers.models.attention_processor.Attention.math_attention_op")

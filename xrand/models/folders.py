@@ -56,3 +56,19 @@ def t5_encoder(tokenizer_folder: Path, umt5: bool = False):
 
     config_class, model_class = (UMT5Config, UMT5EncoderModel) if umt5 else (T5Config, T5EncoderModel)
     return model_class(config_class(**t5_config_ids(tokenizer_folder), **T5_ENCODER))
+
+
+# The Gemma-2 text encoder of the tiny Sana and Lumina 2 folders: 1 layer, 8 wide.
+GEMMA_WIDTH = 8
+GEMMA2_ENCODER = dict(head_dim=16, hidden_size=GEMMA_WIDTH, intermediate_size=64, max_position_embeddings=512,
+                      num_attention_heads=2, num_hidden_layers=1, num_key_value_heads=2, attn_implementation="eager")
+
+
+def gemma2_encoder(tokenizer_folder: Path):
+    """A random-weight ``Gemma2Model`` sized for the tokenizer in ``tokenizer_folder``; call it
+    inside :func:`seeded_torch`."""
+    from transformers import Gemma2Config, Gemma2Model
+
+    from .tokenizers import lm_config_ids
+
+    return Gemma2Model(Gemma2Config(**lm_config_ids(tokenizer_folder), **GEMMA2_ENCODER))

@@ -3,10 +3,12 @@
 - :func:`write_clip_tokenizer`: a byte-level ``CLIPTokenizer`` (Stable Diffusion, SDXL, SD3, Flux).
   Its vocabulary is CLIP's 256 byte symbols, their end-of-word forms and the two special tokens,
   with no BPE merges, so any prompt tokenizes (one token per byte).
-- :func:`write_t5_tokenizer`: a ``T5TokenizerFast`` (SD3, Flux, PixArt, and Wan's UMT5): a
+- :func:`write_t5_tokenizer`: a ``T5TokenizerFast`` (SD3, Flux, PixArt, Chroma, and Wan's UMT5): a
   Unigram model trained with the ``tokenizers`` library on a few sentences, T5's special tokens
   (``<pad>`` 0, ``</s>`` 1, ``<unk>`` 2) and its ``</s>`` appended to every text. Unknown
   characters become ``<unk>``.
+- :func:`write_lm_tokenizer`: the same Unigram model as a decoder-only text encoder's tokenizer
+  class (Gemma-2's, GLM-4's, Qwen2.5-VL's) with its special tokens.
 
 Both are saved with ``save_pretrained`` into a folder that diffusers and mindone.diffusers read.
 """
@@ -76,37 +78,89 @@ def clip_text_config_ids() -> Dict[str, int]:
     return dict(vocab_size=len(vocab), bos_token_id=vocab[BOS], eos_token_id=vocab[EOS], pad_token_id=vocab[EOS])
 
 
-def write_t5_tokenizer(folder: Path, max_length: int = 512) -> Path:
-    """Train a small Unigram model, wrap it as ``T5TokenizerFast`` and save it in ``folder``.
+def _unigram(specials, unk: str):
+    """A Unigram model trained on :data:`T5_SENTENCES` with ``specials`` first (ids 0, 1, ...), T5's
+    normalisation and word marks: what every tokenizer here but CLIP's is made of."""
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-    ``max_length`` becomes the tokenizer's ``model_max_length``. The same sentences give the
-    same vocabulary and ids on every machine.
-    """
-    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
-    from transformers import T5TokenizerFast
-
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
     model = Tokenizer(models.Unigram())
     # T5's own pipeline (transformers' convert_slow_tokenizer.py, T5Converter): whitespace runs
     # folded, words marked with a leading "▁".
     model.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Replace(Regex(" {2,}"), " ")])
     model.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
     model.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
-    trainer = trainers.UnigramTrainer(vocab_size=T5_VOCAB_SIZE, special_tokens=[T5_PAD, T5_EOS, T5_UNK],
-                                      unk_token=T5_UNK, show_progress=False)
+    trainer = trainers.UnigramTrainer(vocab_size=T5_VOCAB_SIZE, special_tokens=list(specials), unk_token=unk,
+                                      show_progress=False)
     model.train_from_iterator(T5_SENTENCES, trainer)
     # The trainer finds the same pieces every time, but its parallel sums move scores in the
     # last bits and tied pieces trade places: rounded and sorted, the ids are the same everywhere.
     trained = json.loads(model.to_str())["model"]["vocab"]
-    pieces = sorted(((piece, round(score, 4)) for piece, score in trained[3:]), key=lambda p: (-p[1], p[0]))
-    model.model = models.Unigram([(T5_PAD, 0.0), (T5_EOS, 0.0), (T5_UNK, 0.0)] + pieces, unk_id=2)
+    pieces = sorted(((piece, round(score, 4)) for piece, score in trained[len(specials):]), key=lambda p: (-p[1], p[0]))
+    model.model = models.Unigram([(s, 0.0) for s in specials] + pieces, unk_id=list(specials).index(unk))
+    return model
+
+
+def write_t5_tokenizer(folder: Path, max_length: int = 512) -> Path:
+    """Train a small Unigram model, wrap it as ``T5TokenizerFast`` and save it in ``folder``.
+
+    ``max_length`` becomes the tokenizer's ``model_max_length``. The same sentences give the
+    same vocabulary and ids on every machine.
+    """
+    from tokenizers import processors
+    from transformers import T5TokenizerFast
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    model = _unigram((T5_PAD, T5_EOS, T5_UNK), T5_UNK)
     model.post_processor = processors.TemplateProcessing(
         single=f"$A {T5_EOS}", pair=f"$A {T5_EOS} $B {T5_EOS}", special_tokens=[(T5_EOS, 1)])
     tokenizer = T5TokenizerFast(tokenizer_object=model, pad_token=T5_PAD, eos_token=T5_EOS, unk_token=T5_UNK,
                                 extra_ids=0, model_max_length=max_length)
     tokenizer.save_pretrained(str(folder))
     return folder
+
+
+#: The decoder-only text encoders' tokenizers (Gemma-2: Sana, Lumina 2; GLM-4: CogView4; Qwen2.5-VL:
+#: Qwen-Image): their transformers class and special tokens (pad, bos, eos, unk; None: none),
+#: each prompt starting with BOS where the real one does.
+LM_TOKENIZERS = {
+    "gemma": ("GemmaTokenizerFast", ("<pad>", "<bos>", "<eos>", "<unk>")),
+    "glm": ("PreTrainedTokenizerFast", ("<|endoftext|>", "[gMASK]", None, "<unk>")),  # GLM-4 starts with [gMASK]
+    "qwen2": ("Qwen2TokenizerFast", ("<|endoftext|>", None, "<|im_end|>", "<unk>")),
+}
+
+
+def write_lm_tokenizer(folder: Path, kind: str, max_length: int = 512) -> Path:
+    """A Unigram tokenizer as ``kind``'s (a key of :data:`LM_TOKENIZERS`) saved in ``folder``: the
+    same words as the T5 one, that class and its special tokens; padding on the right."""
+    import transformers
+    from tokenizers import processors
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    cls_name, (pad, bos, eos, unk) = LM_TOKENIZERS[kind]
+    specials = [t for t in (pad, bos, eos, unk) if t is not None]
+    model = _unigram(specials, unk)
+    if bos is not None:
+        model.post_processor = processors.TemplateProcessing(
+            single=f"{bos} $A", pair=f"{bos} $A $B", special_tokens=[(bos, specials.index(bos))])
+    named = {"pad_token": pad, "bos_token": bos, "eos_token": eos, "unk_token": unk}
+    tokenizer = getattr(transformers, cls_name)(tokenizer_object=model, model_max_length=max_length,
+                                                padding_side="right", **{k: v for k, v in named.items() if v})
+    tokenizer.save_pretrained(str(folder))
+    return folder
+
+
+def lm_config_ids(folder: Path) -> Dict[str, int]:
+    """The vocabulary size and special token ids a decoder-only text encoder config needs for the
+    tokenizer in ``folder``."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    ids = dict(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id)
+    ids.update({f"{k}_token_id": getattr(tokenizer, f"{k}_token_id") for k in ("bos", "eos")
+                if getattr(tokenizer, f"{k}_token_id") is not None})
+    return ids
 
 
 def t5_config_ids(folder: Path) -> Dict[str, int]:

@@ -15,6 +15,12 @@ from typing import Any
 
 from ..checks import UsageError
 
+#: The pipeline inputs a run's settings carry (``Settings.INPUTS``): text to image's, then those of
+#: the families beyond it (a second and third prompt, an input image and mask, strength, frames).
+TEXT_INPUTS = ("prompt", "negative_prompt", "guidance_scale", "height", "width")
+FAMILY_INPUTS = ("prompt_2", "negative_prompt_2", "prompt_3", "negative_prompt_3", "image", "mask", "strength", "frames")
+INPUTS = TEXT_INPUTS + FAMILY_INPUTS
+
 #: Pillow's mode for each input file: what both libraries' image processors are given.
 MODES = {"image": "RGB", "mask": "L"}
 

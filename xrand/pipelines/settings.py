@@ -14,6 +14,7 @@ from ..checks import UsageError, UsageTypeError, check_seed
 from ..streams import DEFAULT_STREAM, stream_factory
 from . import schedulers
 from .folder import check_variant
+from .inputs import FAMILY_INPUTS, TEXT_INPUTS
 from .recipes import canonical_pipeline
 
 #: Model dtypes the pipelines run in.
@@ -24,9 +25,6 @@ DTYPES: Tuple[str, ...] = ("float32", "float16", "bfloat16")
 NOISES: Tuple[str, ...] = ("shared", "native")
 #: The longest schedule: the models' training schedule.
 MAX_STEPS = 1000
-#: Pipeline inputs of the families beyond text to image (Settings.INPUTS).
-FAMILY_INPUTS: Tuple[str, ...] = ("prompt_2", "negative_prompt_2", "prompt_3", "negative_prompt_3", "image", "mask",
-                                  "strength", "frames")
 #: The inputs that name files (read and checked when a comparison is planned).
 FILE_INPUTS: Tuple[str, ...] = ("image", "mask")
 
@@ -124,8 +122,7 @@ class Settings:
     call_options: Dict[str, Any] = field(default_factory=dict)
 
     #: The pipeline inputs among the fields (a recipe says which it takes).
-    INPUTS = ("prompt", "negative_prompt", "guidance_scale", "height", "width")
-    INPUTS = INPUTS + FAMILY_INPUTS
+    INPUTS = TEXT_INPUTS + FAMILY_INPUTS
     FILES = FILE_INPUTS
 
     def __post_init__(self) -> None:

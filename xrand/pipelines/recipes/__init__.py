@@ -1,8 +1,9 @@
 """Pipelines as recipes (:class:`.base.Recipe`), one per pipeline class, found by class name.
 
-A new pipeline is one :class:`Recipe` subclass registered with :func:`register_recipe` (the
-families shipped here are registered below); nothing else in xrand names a pipeline's
-components.
+A new pipeline is one :class:`Recipe` registered with :func:`register_recipe` (the families
+shipped here are registered below); nothing else in xrand names a pipeline's components. Most of
+a recipe can be read from the pipeline class (:func:`.derived.derived_recipe`): a new one then
+says only what differs.
 """
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from typing import Dict, Tuple
 
 from ...checks import UsageError, UsageTypeError
 from .base import Recipe, flag
+from .derived import DerivedRecipe, derived_recipe
+from .families import derived_recipes
 from .flux import FluxImg2ImgRecipe, FluxKontextRecipe, FluxRecipe
 from .ltx import LTXRecipe
 from .pixart import PixArtSigmaRecipe
@@ -34,7 +37,7 @@ def register_recipe(recipe: Recipe) -> Recipe:
 for _recipe in (DDIMRecipe(), DDPMRecipe(), StableDiffusionRecipe(), StableDiffusionImg2ImgRecipe(),
                 StableDiffusionInpaintRecipe(), StableDiffusionXLRecipe(), StableDiffusionXLImg2ImgRecipe(),
                 StableDiffusionXLInpaintRecipe(), StableDiffusion3Recipe(), FluxRecipe(), FluxImg2ImgRecipe(),
-                FluxKontextRecipe(), PixArtSigmaRecipe(), WanRecipe(), LTXRecipe()):
+                FluxKontextRecipe(), PixArtSigmaRecipe(), WanRecipe(), LTXRecipe()) + derived_recipes():
     register_recipe(_recipe)
 
 
@@ -54,4 +57,5 @@ def recipe(pipeline: str) -> Recipe:
     return RECIPES[canonical_pipeline(pipeline)]
 
 
-__all__ = ["RECIPES", "Recipe", "canonical_pipeline", "flag", "pipelines", "recipe", "register_recipe"]
+__all__ = ["RECIPES", "DerivedRecipe", "Recipe", "canonical_pipeline", "derived_recipe", "flag", "pipelines", "recipe",
+           "register_recipe"]
