@@ -22,10 +22,14 @@ def default_model() -> str:
 
 
 def import_frameworks(names: List[str]) -> None:
+    """Import the frameworks' libraries; a Ctrl-C meanwhile stops the command once they are in
+    (a MindSpore import cut short aborts the interpreter at exit)."""
     from .pipelines.frameworks import framework
+    from .pipelines.interrupts import interrupts_deferred
 
-    for name in names:
-        framework(name).import_library()
+    with interrupts_deferred():
+        for name in names:
+            framework(name).import_library()
 
 
 def _settings(args, **override):
@@ -76,12 +80,14 @@ def _plan(args, frameworks=("torch", "mindspore"), layers=None, noise_floor=None
     """The command line's settings and options, resolved once (every check before any model loads);
     ``override``: settings fields that replace the command line's."""
     from .compare.plan import make_plan
+    from .pipelines.interrupts import interrupts_deferred
 
     if noise_floor is None:  # the floor's float64 rerun draws xrand's shared noise: not with --noise native
         noise_floor = not getattr(args, "no_noise_floor", True) and args.noise != "native"
-    return make_plan(_settings(args, **override), frameworks=frameworks, devices=_devices(args.device),
-                     tolerance=getattr(args, "tolerance", None), mindspore_mode=args.mindspore_mode,
-                     lockstep=getattr(args, "lockstep", False), layers=layers, noise_floor=noise_floor)
+    with interrupts_deferred():  # planning imports the libraries (see import_frameworks)
+        return make_plan(_settings(args, **override), frameworks=frameworks, devices=_devices(args.device),
+                         tolerance=getattr(args, "tolerance", None), mindspore_mode=args.mindspore_mode,
+                         lockstep=getattr(args, "lockstep", False), layers=layers, noise_floor=noise_floor)
 
 
 def _devices(pairs: List[str]) -> Dict[str, str]:
@@ -106,7 +112,8 @@ def cmd_compare(args) -> int:
     from .compare import compare_sides
     from .report.compare import write_report
 
-    out_dir = check_out_folder(args.out or time.strftime("xrand-compare-%Y%m%d-%H%M%S"))
+    # normalised once: "--out out/" prints as out/report.json, not out//report.json
+    out_dir = os.path.normpath(check_out_folder(args.out or time.strftime("xrand-compare-%Y%m%d-%H%M%S")))
     if args.files:
         if len(args.files) != 2:
             raise UsageError(f"compare takes two side files (from 'xrand run'), got {len(args.files)}")
@@ -127,19 +134,39 @@ def cmd_compare(args) -> int:
         from .compare.staged import compare_in_stages
 
         plan = _plan(args, layers=_layer_options(args))
+        shown = _stages_kept(plan, out_dir)  # a folder of this comparison: "holds ...; running ..." says these
         _say(args, f"xrand: comparing diffusers (torch) and mindone.diffusers (MindSpore) on {plan.folder.path}")
-        import_frameworks(["torch", "mindspore"])
 
         def on_stage(comparison, missing):  # each stage's report as soon as it exists
             write_report(comparison, out_dir)
-            if missing:
-                _say(args, f"xrand: report of {', '.join(comparison.stages['done'])} in {out_dir}/; "
-                           f"next: {', '.join(missing)}")
+            if missing and comparison.stages["done"] != shown:  # "next" once per stage finished in this run
+                shown[:] = comparison.stages["done"]
+                _say(args, f"xrand: report of {', '.join(shown)} in {out_dir}/; next: {', '.join(missing)}")
 
-        comparison = compare_in_stages(plan, out_dir, on_stage, quiet=args.quiet, say=lambda text: _say(args, text))
+        try:
+            import_frameworks(["torch", "mindspore"])
+            comparison = compare_in_stages(plan, out_dir, on_stage, quiet=args.quiet,
+                                           say=lambda text: _say(args, text))
+        except KeyboardInterrupt:
+            kept = _stages_kept(plan, out_dir, sides=True)
+            print(f"xrand compare: interrupted; {', '.join(kept) or 'nothing finished'} kept in {out_dir}/ "
+                  "(run the same command to finish)", file=sys.stderr)
+            return 130
     paths = write_report(comparison, out_dir)
     verdict = [comparison.verdict()] + ([] if comparison.layers is None else [comparison.layers.summary()])
     return _finish(args, comparison.passed, verdict, "report and pictures", out_dir, paths)
+
+
+def _stages_kept(plan, out_dir: str, sides: bool = False) -> List[str]:
+    """The stages of this comparison that ``out_dir`` holds finished; with ``sides``, a side
+    finished without the other too ("torch side")."""
+    from .compare.staged import StageFolder, wanted
+
+    folder = StageFolder(out_dir, plan)  # stages.json, as the last finished stage wrote it
+    kept = [stage for stage in wanted(plan) if folder.done(stage)]
+    if sides and "sides" not in kept:
+        kept = [f"{name} side" for name in ("torch", "mindspore") if folder.results.get(name)]
+    return kept
 
 
 def _finish(args, passed: bool, verdict: List[str], what: str, out_dir: str, paths: Dict[str, str]) -> int:
@@ -217,7 +244,7 @@ def cmd_sweep(args) -> int:
     seeds = parse_seeds(args.seeds)
     check_workers(args.workers)
     check_engine(args.engine)
-    check_out_folder(args.out)
+    out = os.path.normpath(check_out_folder(args.out))  # "--out sweep/" prints as sweep/summary.md
     if args.ray_address and args.engine != "ray":
         raise UsageError(f"--ray-address {args.ray_address!r} needs --engine ray")
     # every compare setting, planned as compare plans it, with the first seed and the folder's
@@ -230,23 +257,23 @@ def cmd_sweep(args) -> int:
     for dtype in dtypes[1:]:
         plan.cell(dtype=dtype)
     config = SweepConfig(plan=plan, scheduler_options=options, dtypes=tuple(dtypes) if len(dtypes) > 1 else ())
-    result = run_sweep(config, seeds, schedulers, args.out, workers=args.workers, engine=args.engine,
+    result = run_sweep(config, seeds, schedulers, out, workers=args.workers, engine=args.engine,
                        ray_address=args.ray_address, progress=not args.quiet)
     per = result.summary["schedulers"]
     counts = {key: sum(p[key] for p in per.values()) for key in ("passed", "failed", "errors")}
     if args.quiet:
         print(json.dumps({"verdict": result.summary["verdict"], "cells": len(result.cells),
-                          "finished": result.summary["finished"], **counts, "ran": result.ran, "out": args.out}))
+                          "finished": result.summary["finished"], **counts, "ran": result.ran, "out": out}))
     else:
         for name, p in per.items():
             rate = "-" if p["pass_rate"] is None else f"{p['pass_rate']:.1%}"
             print(f"{name}: {p['passed']} of {p['finished']} cells passed ({rate}), {p['failed']} failed, "
                   f"{p['errors']} errors")
-        print(f"xrand: {result.ran} cells run now, {len(result.cells) - result.ran} already in {args.out}/; "
-              f"summary in {args.out}/summary.md, sweep.png, results.jsonl")
+        print(f"xrand: {result.ran} cells run now, {len(result.cells) - result.ran} already in {out}/; "
+              f"summary in {out}/summary.md, sweep.png, results.jsonl")
     if result.interrupted:
         print(f"xrand sweep: interrupted; {result.summary['finished']} of {len(result.cells)} cells kept in "
-              f"{args.out}/ (run the same command to finish)", file=sys.stderr)
+              f"{out}/ (run the same command to finish)", file=sys.stderr)
         return 130
     return 0 if result.passed else 1
 
@@ -463,10 +490,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         parser.print_help()
         return 2
     try:
+        from .pipelines.interrupts import keyboard_interrupts
         from .registry import check_backend_variable
 
         check_backend_variable()  # every command reads it the same way, before any work
-        return args.func(args)
+        with keyboard_interrupts():  # Ctrl-C is KeyboardInterrupt even after MindSpore ran a graph
+            return args.func(args)
     except UsageError as exc:
         print(f"xrand {args.command}: error: {exc}", file=sys.stderr)
         return 2
