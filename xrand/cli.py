@@ -33,47 +33,14 @@ def import_frameworks(names: List[str]) -> None:
 
 
 def _settings(args, **override):
-    from .pipelines.schedulers import parse_option
+    """The command line's settings (the flags in xrand.pipelines.flags); ``override``: fields
+    that replace them."""
+    from .pipelines.flags import settings_values
     from .pipelines.settings import Settings
 
-    options = dict(parse_option(text) for text in args.scheduler_option or [])
-    values = dict(model=args.model or default_model(), steps=args.steps, seed=args.seed,
-                  batch_size=args.batch_size, eta=args.eta, stream=args.stream, dtype=args.dtype, noise=args.noise,
-                  pipeline=args.pipeline, scheduler=args.scheduler, scheduler_options=options, prompt=args.prompt,
-                  negative_prompt=args.negative_prompt, guidance_scale=args.guidance_scale, height=args.height,
-                  width=args.width)
-    values.update(_family_settings(args), component_dtypes=_component_dtypes(args.component_dtype))
-    values.update(override)
-    return Settings(**values)
-
-
-def _component_dtypes(pairs: Optional[List[str]]) -> Dict[str, str]:
-    """--component-dtype NAME=DTYPE (repeatable) as a dict (names and dtypes checked by Settings and the plan)."""
-    out: Dict[str, str] = {}
-    for pair in pairs or []:
-        name, sep, dtype = pair.partition("=")
-        if not sep or not name.strip() or not dtype.strip():
-            raise UsageError(f"--component-dtype {pair!r}: expected NAME=DTYPE, e.g. vae=float32")
-        if name.strip() in out:
-            raise UsageError(f"--component-dtype {name.strip()} is given twice; give it once")
-        out[name.strip()] = dtype.strip()
-    return out
-
-
-def _family_settings(args) -> dict:
-    """The families' inputs from the command line (a second and third prompt, files, strength,
-    frames, call options)."""
-    from .pipelines.schedulers import parse_option
-
-    options = {}
-    for text in args.call_option or []:
-        key, value = parse_option(text, "call option", "max_sequence_length=64")
-        if key in options:
-            raise UsageError(f"--call-option {key} is given twice ({options[key]!r} and {value!r}); give it once")
-        options[key] = value
-    return dict(prompt_2=args.prompt_2, negative_prompt_2=args.negative_prompt_2, prompt_3=args.prompt_3,
-                negative_prompt_3=args.negative_prompt_3, image=args.image, mask=args.mask, strength=args.strength,
-                frames=args.frames, call_options=options)
+    values = settings_values(args)
+    values["model"] = values["model"] or default_model()
+    return Settings(**{**values, **override})
 
 
 def _plan(args, frameworks=("torch", "mindspore"), layers=None, noise_floor=None, **override):
@@ -114,6 +81,7 @@ def cmd_compare(args) -> int:
 
     # normalised once: "--out out/" prints as out/report.json, not out//report.json
     out_dir = os.path.normpath(check_out_folder(args.out or time.strftime("xrand-compare-%Y%m%d-%H%M%S")))
+    reproduce = None  # from two side files: the command of one run of both, derived from the report
     if args.files:
         if len(args.files) != 2:
             raise UsageError(f"compare takes two side files (from 'xrand run'), got {len(args.files)}")
@@ -132,13 +100,15 @@ def cmd_compare(args) -> int:
         return _compare_matrix(args, out_dir)
     else:
         from .compare.staged import compare_in_stages
+        from .report.command import plan_command
 
         plan = _plan(args, layers=_layer_options(args))
+        reproduce = plan_command(plan)  # report.json's "reproduce", every path absolute
         shown = _stages_kept(plan, out_dir)  # a folder of this comparison: "holds ...; running ..." says these
         _say(args, f"xrand: comparing diffusers (torch) and mindone.diffusers (MindSpore) on {plan.folder.path}")
 
         def on_stage(comparison, missing):  # each stage's report as soon as it exists
-            write_report(comparison, out_dir)
+            write_report(comparison, out_dir, reproduce)
             if missing and comparison.stages["done"] != shown:  # "next" once per stage finished in this run
                 shown[:] = comparison.stages["done"]
                 _say(args, f"xrand: report of {', '.join(shown)} in {out_dir}/; next: {', '.join(missing)}")
@@ -152,7 +122,7 @@ def cmd_compare(args) -> int:
             print(f"xrand compare: interrupted; {', '.join(kept) or 'nothing finished'} kept in {out_dir}/ "
                   "(run the same command to finish)", file=sys.stderr)
             return 130
-    paths = write_report(comparison, out_dir)
+    paths = write_report(comparison, out_dir, reproduce)
     verdict = [comparison.verdict()] + ([] if comparison.layers is None else [comparison.layers.summary()])
     return _finish(args, comparison.passed, verdict, "report and pictures", out_dir, paths)
 
@@ -200,7 +170,7 @@ def _compare_matrix(args, out_dir: str) -> int:
     from .compare.matrix import run_matrix
     from .report.matrix import write_matrix
 
-    if args.scheduler_option:
+    if args.scheduler_options:
         raise UsageError("--scheduler-option cannot be combined with --scheduler all (each row has its own options)")
     if args.layers or _layer_options(args) is not None:
         raise UsageError("--layers cannot be combined with --scheduler all; give one scheduler with --scheduler NAME")
@@ -352,54 +322,11 @@ def _graph_cache_info() -> Dict[str, object]:
     return {"folder": folder, "graphs": len(graphs), "megabytes": size / 2**20}
 
 
-def _default(name: str):
-    from dataclasses import fields
-
-    from .pipelines.settings import Settings
-
-    return next(f.default for f in fields(Settings) if f.name == name)
-
-
 def _add_settings(p: argparse.ArgumentParser) -> None:
+    from .pipelines.flags import add_arguments
     from .pipelines.frameworks import DEFAULT_MINDSPORE_MODE, MINDSPORE_MODES
-    from .pipelines.recipes import pipelines
-    from .pipelines.settings import DTYPES
-    from .streams import DEFAULT_STREAM
 
-    p.add_argument("--model", help="local diffusers folder or hub id (default: the embedded digits model)")
-    p.add_argument("--pipeline", help=f"pipeline class ({', '.join(pipelines())}; default: the folder's "
-                                      "model_index.json)")
-    p.add_argument("--scheduler", help="scheduler class name (any case) or alias such as euler-a, dpm++-2m-sde; "
-                                       "'all' (compare, sweep) runs every shared scheduler; sweep takes NAME,NAME... "
-                                       "too (default: the folder's)")
-    p.add_argument("--scheduler-option", action="append", metavar="KEY=VALUE",
-                   help="scheduler config option or step() argument, VALUE parsed as JSON when it parses, "
-                        "e.g. use_karras_sigmas=true (repeatable)")
-    p.add_argument("--steps", type=int, default=_default("steps"), help=f"denoising steps (default {_default('steps')})")
-    p.add_argument("--seed", type=int, default=_default("seed"), help="seed of the xrand generator (default 0)")
-    p.add_argument("--batch-size", type=int, default=_default("batch_size"),
-                   help=f"images per run (default {_default('batch_size')})")
-    p.add_argument("--eta", type=float, default=_default("eta"), help="eta for schedulers whose step takes it "
-                                                                      "(DDIM, TCD) in [0, 1] (default 0)")
-    p.add_argument("--stream", default=DEFAULT_STREAM,
-                   help=f"noise stream: torch-cpu, torch-cuda, pcg64 (default {DEFAULT_STREAM})")
-    p.add_argument("--dtype", default=_default("dtype"), help=f"model dtype: {', '.join(DTYPES)} (default float32)")
-    p.add_argument("--noise", default=_default("noise"),
-                   help="where the noise comes from: shared (default: one xrand stream on both sides) or native "
-                        "(each library's own generator from the seed, as its docs tell users: "
-                        "torch.Generator(\"cpu\").manual_seed(SEED) for diffusers, "
-                        "np.random.Generator(np.random.PCG64(SEED)) for mindone; compare skips the noise floor)")
-    p.add_argument("--component-dtype", action="append", metavar="NAME=DTYPE",
-                   help="load one component of the folder (vae, text_encoder...; not the denoiser) in its own dtype, "
-                        "float32, float16 or bfloat16, the same on both sides, its inputs cast to it; e.g. "
-                        "--dtype bfloat16 --component-dtype vae=float32 (repeatable)")
-    p.add_argument("--prompt", help="text prompt (text-to-image pipelines)")
-    p.add_argument("--negative-prompt", help="negative prompt (text-to-image pipelines)")
-    p.add_argument("--guidance-scale", type=float,
-                   help="classifier-free guidance scale (text-to-image; default: the pipeline's)")
-    p.add_argument("--height", type=int, help="image height (text-to-image; default: the model's)")
-    p.add_argument("--width", type=int, help="image width (text-to-image; default: the model's)")
-    _add_family_settings(p)
+    add_arguments(p)  # every setting's flag
     p.add_argument("--device", action="append", metavar="FRAMEWORK=DEVICE",
                    help="device per framework, e.g. torch=cuda or mindspore=Ascend (repeatable; default CPU)")
     p.add_argument("--mindspore-mode", default=None, choices=list(MINDSPORE_MODES),
@@ -408,21 +335,6 @@ def _add_settings(p: argparse.ArgumentParser) -> None:
                         "model of more than 1 GiB of weights, where graph mode needs about 3x the weights in memory; "
                         "pynative runs operator by operator, slower on a CPU)")
     p.add_argument("--quiet", action="store_true", help="no progress bars; one JSON line of result")
-
-
-def _add_family_settings(p: argparse.ArgumentParser) -> None:
-    """The inputs of the pipeline families beyond text to image (each pipeline says which it takes)."""
-    p.add_argument("--prompt-2", help="prompt for the second text encoder (SDXL, SD3, Flux; default: --prompt)")
-    p.add_argument("--negative-prompt-2", help="negative prompt for the second text encoder (SDXL, SD3, Flux)")
-    p.add_argument("--prompt-3", help="prompt for SD3's T5 encoder (default: --prompt)")
-    p.add_argument("--negative-prompt-3", help="negative prompt for SD3's T5 encoder")
-    p.add_argument("--image", metavar="FILE", help="input image (image to image, inpainting, Flux Kontext)")
-    p.add_argument("--mask", metavar="FILE", help="inpainting mask (white: repaint)")
-    p.add_argument("--strength", type=float, help="how far image to image and inpainting noise the input, in (0, 1]")
-    p.add_argument("--frames", type=int, help="frames of a video (WanPipeline's num_frames; 4k + 1)")
-    p.add_argument("--call-option", action="append", metavar="KEY=VALUE",
-                   help="any other keyword of the pipeline's call, VALUE parsed as JSON when it parses, e.g. "
-                        "max_sequence_length=64 or use_resolution_binning=false (repeatable)")
 
 
 class _Parser(argparse.ArgumentParser):
