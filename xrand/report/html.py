@@ -35,6 +35,7 @@ import os
 from typing import Any, Dict, Mapping, Optional, Sequence
 
 import jinja2
+import markupsafe
 
 from ..files import atomic_path
 from .command import compare_command, matrix_command, sweep_command
@@ -69,6 +70,12 @@ def sort_key(value: Any) -> str:
     return ""
 
 
+def breakable(name: str) -> markupsafe.Markup:
+    """A dotted module name that may wrap after each dot (``down_blocks.0.<wbr>resnets...``), so
+    that a table of them fits a narrow window."""
+    return markupsafe.escape(name).replace(".", markupsafe.Markup(".<wbr>"))
+
+
 def data_uri(png: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
@@ -79,7 +86,7 @@ def to_json(value: Any) -> str:
 
 _ENV = jinja2.Environment(loader=jinja2.PackageLoader("xrand.report", "templates"), autoescape=True,
                           undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-_ENV.filters.update(fmt=fmt, sort_key=sort_key, data_uri=data_uri, to_json=to_json)
+_ENV.filters.update(fmt=fmt, sort_key=sort_key, data_uri=data_uri, to_json=to_json, breakable=breakable)
 
 
 def _after_word(summary: str) -> str:
