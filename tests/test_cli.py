@@ -87,6 +87,8 @@ def test_failing_tolerance_exits_1(mindone, tmp_path):
                                                      "DDPMPipeline, StableDiffusionPipeline"),
     (["compare", "--scheduler", "flowmatcheulerdiscrete"], "FlowMatchEulerDiscreteScheduler cannot drive DDIMPipeline"),
     (["compare", "--scheduler-option", "karras"], "scheduler option 'karras': expected KEY=VALUE"),
+    (["compare", "--scheduler-option", "eta=0", "--scheduler-option", "eta=1"], "--scheduler-option eta is given "
+                                                                                 "twice (0 and 1); give it once"),
     (["compare", "--pipeline", "StableDiffusionPipeline"], "declares no vae in model_index.json; "
                                                            "StableDiffusionPipeline needs unet, vae, text_encoder"),
     (["compare", "--prompt", "a cat"], "DDIMPipeline takes no prompt (--prompt 'a cat'); its inputs: none"),
@@ -175,6 +177,56 @@ def test_defaults_come_from_settings():
     assert (args.batch_size, args.steps, args.seed, args.eta, args.dtype, args.guidance_scale) == (
         defaults.batch_size, defaults.steps, defaults.seed, defaults.eta, defaults.dtype, defaults.guidance_scale)
     assert args.batch_size == 4 and args.stream == DEFAULT_STREAM == defaults.stream
+
+
+def test_every_setting_has_one_flag_and_settings_written_as_flags_parse_back_to_them(tmp_path):
+    """xrand.pipelines.flags is the one table of setting -> flag: the parser adds its flags, the
+    command line reads them, and the commands of report.json and the pages write them."""
+    from dataclasses import asdict, fields
+
+    from xrand.cli import _settings, build_parser
+    from xrand.pipelines.flags import FLAGS, settings_args
+    from xrand.pipelines.settings import Settings
+
+    assert sorted(f.field for f in FLAGS) == sorted(f.name for f in fields(Settings))
+    given = Settings(model=str(tmp_path / "model"), steps=3, seed=7, batch_size=2, eta=0.1 + 0.2, stream="pcg64",
+                     dtype="float16", noise="native", component_dtypes={"vae": "float32", "text_encoder": "float32"},
+                     pipeline="stablediffusionxlinpaintpipeline", scheduler="euler-a",
+                     scheduler_options={"timestep_spacing": "trailing", "s_noise": 1.0},
+                     prompt="a 'red' circle; \"quoted\"", negative_prompt="blue", guidance_scale=7.25, height=32,
+                     width=48, prompt_2="a cat", negative_prompt_2="a dog", prompt_3="three",
+                     negative_prompt_3="not three", image="in put.png", mask="mask.png", strength=0.5, frames=5,
+                     call_options={"max_sequence_length": 32, "text": "1", "sizes": [1, 2]})
+    args = build_parser().parse_args(["compare", *settings_args(asdict(given))])
+    assert _settings(args) == given
+    assert settings_args({"model": "m", "seed": None, "call_options": {}}) == ["--model", "m"]  # None: the default
+
+
+def test_report_json_keeps_the_command_that_reproduces_it_from_any_folder(tiny_model, mindone, tmp_path):
+    """report.json's ``reproduce`` (and the page's Reproduce line) names the model folder by its
+    absolute path: run from another folder, it gives the same settings and the same comparison."""
+    import html
+    import shlex
+    import shutil
+
+    first, other = tmp_path / "first", tmp_path / "other"
+    first.mkdir()
+    other.mkdir()
+    shutil.copytree(tiny_model, first / "model")
+    done = xrand_cli("compare", "--model", "model", "--steps", "1", "--batch-size", "1", "--seed", "3", "--eta",
+                     "0.5", "--no-noise-floor", "--quiet", "--out", "o", cwd=first)
+    assert done.returncode == 0, done.stderr
+    report = json.load(open(first / "o" / "report.json"))
+    command = shlex.split(report["reproduce"])
+    assert command[:2] == ["xrand", "compare"] and command[command.index("--model") + 1] == str(first / "model")
+    assert html.escape(report["reproduce"], quote=False) in (first / "o" / "report.html").read_text()
+    again = xrand_cli(*command[1:], "--quiet", "--out", "o", cwd=other)
+    assert again.returncode == 0, again.stderr
+    second = json.load(open(other / "o" / "report.json"))
+    assert dict(second["settings"], model="model") == report["settings"]
+    assert second["reproduce"] == report["reproduce"] and second["final"] == report["final"]
+    identity = [json.load(open(folder / "o" / "stages.json"))["identity"] for folder in (first, other)]
+    assert identity[0] == identity[1]  # the same weights, plan and options
 
 
 def test_doctor_lists_backends():

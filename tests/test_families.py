@@ -442,12 +442,12 @@ def test_python_m_xrand_models_writes_a_tiny_folder(tmp_path, capsys):
 
 
 def test_the_command_on_a_report_page_gives_the_same_family_settings(files):
-    """report.html's command (report.html.compare_command) carries every family input back."""
+    """report.html's command (xrand.report.command.compare_command) carries every family input back."""
     import dataclasses
     import shlex
 
     from xrand.cli import _settings, build_parser
-    from xrand.report.html import compare_command
+    from xrand.report.command import compare_command
 
     given = Settings(model="tiny-sdxl", pipeline="StableDiffusionXLInpaintPipeline", prompt=PROMPT, prompt_2="a cat",
                      negative_prompt_2="a dog", image=files["image"], mask=files["mask"], strength=0.5, steps=4,

@@ -288,6 +288,16 @@ def test_compare_page_in_chromium(chromium, compare_dir):
     assert float(page.values["descending"]) == max(local)
 
 
+def test_the_layers_table_fits_a_1200_pixel_window(chromium, compare_dir):
+    """Every column of the module table is on screen in a 1200 px wide window: no scrolling sideways
+    to see whether a module is over its limit."""
+    box = "document.querySelector('#layers-table').parentElement"
+    page = open_page(chromium, compare_dir / "report.html", width=1200, evaluate={
+        "overflow": f"{box}.scrollWidth - {box}.clientWidth",
+        "right": "document.querySelector('#layers-table th:last-child').getBoundingClientRect().right"})
+    assert page.values["overflow"] <= 0 and page.values["right"] <= 1200
+
+
 def test_matrix_page_in_chromium(chromium, matrix_dir):
     matrix = load(matrix_dir, "matrix.json")
     page = open_page(chromium, matrix_dir / "report.html")

@@ -32,10 +32,27 @@ def test_the_python_examples_of_comparing_run_as_written(marker, tmp_path):
     [code] = [block for block in python_blocks() if marker in block]
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
     if marker.startswith("DDIM"):
-        assert 0 < float(done.stdout.strip().splitlines()[-1]) < 1e-4
+        assert len(lines) == 1 and 0 < float(lines[0]) < 1e-4, done.stdout  # nothing printed but the answer
     else:
-        assert done.stdout.count("PASS: torch vs mindspore") == 4 and (tmp_path / "out" / "report.html").exists()
+        assert lines == [line for line in lines if line.startswith("PASS: torch vs mindspore")] and len(lines) == 4
+        assert (tmp_path / "out" / "report.html").exists()
+    # the libraries' warnings stay out, as the xrand command keeps them out (progress bars stay)
+    assert not any(word in done.stderr for word in ("WARNING", "Warning", "deprecated", "Config not found")), \
+        done.stderr[-3000:]
+
+
+def test_every_tiny_folder_the_readme_uses_is_made_by_a_command_it_shows():
+    import re
+
+    from xrand.models import TINY_MODELS
+
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    made = dict((folder, name) for name, folder in re.findall(r"^python -m xrand\.models (\S+) (\S+)$", readme, re.M))
+    assert set(made.values()) == set(TINY_MODELS)  # every family, each by its own name
+    used = set(re.findall(r"--model (tiny-[\w-]+)", readme))
+    assert used and used <= set(made), sorted(used - set(made))
 
 
 def test_three_line_example_is_torch_on_mindspore():

@@ -314,3 +314,74 @@ def test_a_folder_of_another_comparison_is_refused_before_any_model_loads(tiny_m
     assert first.returncode == 0, first.stderr
     again = xrand_cli("compare", "--model", tiny_model, "--steps", "2", "--batch-size", "1", "--quiet", "--out", out)
     one_line_error(again, f"--out {out!r} holds a comparison of other settings (differing: settings.steps 1 vs 2)")
+
+
+# -- Ctrl-C at every stage of a compare -------------------------------------------------------------------
+def compare_interrupted(command, line_start):
+    """Run ``command``; at the first stdout line that starts with ``line_start`` (None: none),
+    send it SIGINT, as Ctrl-C would. (exit status, stdout lines, stderr)."""
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = []
+    try:
+        for line in proc.stdout:
+            lines.append(line.rstrip("\n"))
+            if line_start is not None and line.startswith(line_start):
+                proc.send_signal(signal.SIGINT)
+                break
+        rest, stderr = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, lines + rest.splitlines(), stderr
+
+
+def test_ctrl_c_at_every_stage_of_a_compare_keeps_what_finished_and_the_same_command_goes_on(mindone, tmp_path):
+    """SIGINT during stages of a digits compare (torch's and MindSpore's), sent when the stage's
+    "running" line is printed: each run says what it kept and exits 130; each rerun of the same
+    command runs only the stages still missing, and the last one finishes. MindSpore's graph
+    runtime turns SIGINT into SIGTERM once it has run (xrand.pipelines.interrupts): before the
+    fix a run interrupted after MindSpore's side ended by SIGTERM with nothing printed."""
+    out = str(tmp_path / "o")
+    command = [sys.executable, "-m", "xrand", "compare", "--steps", "2", "--batch-size", "1", "--lockstep",
+               "--layers", "--out", out]
+    stages = ["torch", "torch layers", "floor", "mindspore", "mindspore layers", "lockstep"]
+    resumes, first = [], {}
+    for stage in ("torch", "floor", "mindspore layers", "lockstep"):
+        kept = stages[:stages.index(stage)]
+        code, lines, stderr = compare_interrupted(command, f"xrand: running {stage}")
+        assert (code, stderr.strip().splitlines()[-1]) == (
+            130, f"xrand compare: interrupted; {', '.join(kept) or 'nothing finished'} kept in {out}/ "
+                 "(run the same command to finish)"), (lines, stderr)
+        assert "Traceback" not in stderr
+        resumes.append([text for text in lines if "holds this comparison" in text])
+        for name in ("torch", "mindspore"):
+            path = os.path.join(out, f"{name}.safetensors")
+            if os.path.exists(path):
+                first.setdefault(name, os.stat(path).st_mtime_ns)
+    code, lines, stderr = compare_interrupted(command, None)
+    assert code == 0, stderr
+    resumes.append([text for text in lines if "holds this comparison" in text])
+    # each run went on where the one before stopped, said so once, and ran nothing finished again
+    assert resumes == [[], []] + [
+        [f"xrand: {out}/ holds this comparison's {', '.join(stages[:k])}; running {', '.join(stages[k:])}"]
+        for k in (2, 4, 5)]
+    assert first == {name: os.stat(os.path.join(out, f"{name}.safetensors")).st_mtime_ns
+                     for name in ("torch", "mindspore")}
+    report = json.load(open(os.path.join(out, "report.json")))
+    assert report["stages"]["done"] == stages and report["stages"]["missing"] == []
+
+
+def test_a_sigterm_from_outside_still_ends_the_command_by_sigterm(tmp_path):
+    """keyboard_interrupts takes only MindSpore's SIGTERM (sent while SIGINT is MindSpore's) for a
+    Ctrl-C; a SIGTERM from outside ends the process as it did before (exit status 143 in a shell)."""
+    code = ("import os, signal, time\n"
+            "from xrand.pipelines.interrupts import keyboard_interrupts\n"
+            "with keyboard_interrupts():\n"
+            "    print('ready', flush=True)\n"
+            "    time.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline() == "ready\n"
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGTERM and stderr == ""

@@ -436,3 +436,30 @@ def test_a_sweep_over_dtypes_has_a_cell_per_dtype_a_summary_per_scheduler_and_dt
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["ran"] == 1
     again = rows_of(str(out))
     assert {(r["seed"], r["dtype"]): r["rel_l2"] for r in again} == {(r["seed"], r["dtype"]): r["rel_l2"] for r in rows}
+
+
+def test_sweep_png_names_the_tolerance_in_its_panel_and_draws_tiny_1_minus_ssim_on_a_band():
+    """The tolerance's label sits inside the relative L2 panel, on its line; 1 - SSIM values of
+    rounding size (1e-11) go on a band labelled "<= 1e-6", not down an axis to 1e-11."""
+    from xrand.files import pyplot
+    from xrand.sweep import SweepConfig
+    from xrand.sweep.results import SweepResult
+    from xrand.sweep.summary import SSIM_FLOOR, sweep_figure
+
+    cells = [(seed, "DDIMScheduler") for seed in range(3)]
+    rows = {cell: {"seed": cell[0], "scheduler": cell[1], "rel_l2": 3e-6, "psnr_db": 115.0, "ssim": ssim}
+            for cell, ssim in zip(cells, (1 - 1e-11, 1 - 3e-11, 1 - 2e-4))}
+    config = SweepConfig(make_plan(Settings(model=default_model())))
+    fig = sweep_figure(SweepResult(cells=cells, rows=rows, ran=3), config)
+    fig.canvas.draw()
+    rel_l2, _, ssim = fig.axes
+    [label] = [t for t in rel_l2.texts if t.get_text() == "tolerance 0.005"]
+    assert rel_l2.get_window_extent().contains(*label.get_window_extent().get_points().mean(axis=0))
+    assert rel_l2.get_legend() is None
+    low, high = ssim.get_ylim()
+    assert 1e-9 < low < SSIM_FLOOR < 2e-4 < high
+    ticks = {t.get_text(): t.get_position()[1] for t in ssim.get_yticklabels()}
+    assert ticks["≤ 1e-6"] < SSIM_FLOOR
+    points = sorted(y for line in ssim.lines for y in line.get_ydata() if line.get_marker() == "o")
+    assert points == [pytest.approx(ticks["≤ 1e-6"])] * 2 + [pytest.approx(2e-4)]
+    pyplot().close(fig)

@@ -22,6 +22,7 @@ from .registry import (
     use_backend,
 )
 from .patch import is_patched, patch, patched, unpatch
+from .pipelines.quiet import silenced as quiet
 from .streams import register_stream, stream_names
 
 __all__ = [
@@ -44,5 +45,6 @@ __all__ = [
     "is_patched",
     "patch",
     "patched",
+    "quiet",
     "unpatch",
 ]

@@ -24,67 +24,39 @@ def default_model() -> str:
 
 
 def import_frameworks(names: List[str]) -> None:
+    """Import the frameworks' libraries; a Ctrl-C meanwhile stops the command once they are in
+    (a MindSpore import cut short aborts the interpreter at exit)."""
     from .pipelines.frameworks import framework
+    from .pipelines.interrupts import interrupts_deferred
 
-    for name in names:
-        framework(name).import_library()
+    with interrupts_deferred():
+        for name in names:
+            framework(name).import_library()
 
 
 def _settings(args, **override):
-    from .pipelines.schedulers import parse_option
+    """The command line's settings (the flags in xrand.pipelines.flags); ``override``: fields
+    that replace them."""
+    from .pipelines.flags import settings_values
     from .pipelines.settings import Settings
 
-    options = dict(parse_option(text) for text in args.scheduler_option or [])
-    values = dict(model=args.model or default_model(), steps=args.steps, seed=args.seed,
-                  batch_size=args.batch_size, eta=args.eta, stream=args.stream, dtype=args.dtype, noise=args.noise,
-                  pipeline=args.pipeline, scheduler=args.scheduler, scheduler_options=options, prompt=args.prompt,
-                  negative_prompt=args.negative_prompt, guidance_scale=args.guidance_scale, height=args.height,
-                  width=args.width)
-    values.update(_family_settings(args), component_dtypes=_component_dtypes(args.component_dtype))
-    values.update(variant=args.variant, config=args.config)  # the weights' form
-    values.update(override)
-    return Settings(**values)
-
-
-def _component_dtypes(pairs: Optional[List[str]]) -> Dict[str, str]:
-    """--component-dtype NAME=DTYPE (repeatable) as a dict (names and dtypes checked by Settings and the plan)."""
-    out: Dict[str, str] = {}
-    for pair in pairs or []:
-        name, sep, dtype = pair.partition("=")
-        if not sep or not name.strip() or not dtype.strip():
-            raise UsageError(f"--component-dtype {pair!r}: expected NAME=DTYPE, e.g. vae=float32")
-        if name.strip() in out:
-            raise UsageError(f"--component-dtype {name.strip()} is given twice; give it once")
-        out[name.strip()] = dtype.strip()
-    return out
-
-
-def _family_settings(args) -> dict:
-    """The families' inputs from the command line (a second and third prompt, files, strength,
-    frames, call options)."""
-    from .pipelines.schedulers import parse_option
-
-    options = {}
-    for text in args.call_option or []:
-        key, value = parse_option(text, "call option", "max_sequence_length=64")
-        if key in options:
-            raise UsageError(f"--call-option {key} is given twice ({options[key]!r} and {value!r}); give it once")
-        options[key] = value
-    return dict(prompt_2=args.prompt_2, negative_prompt_2=args.negative_prompt_2, prompt_3=args.prompt_3,
-                negative_prompt_3=args.negative_prompt_3, image=args.image, mask=args.mask, strength=args.strength,
-                frames=args.frames, call_options=options)
+    values = settings_values(args)
+    values["model"] = values["model"] or default_model()
+    return Settings(**{**values, **override})
 
 
 def _plan(args, frameworks=("torch", "mindspore"), layers=None, noise_floor=None, **override):
     """The command line's settings and options, resolved once (every check before any model loads);
     ``override``: settings fields that replace the command line's."""
     from .compare.plan import make_plan
+    from .pipelines.interrupts import interrupts_deferred
 
     if noise_floor is None:  # the floor's float64 rerun draws xrand's shared noise: not with --noise native
         noise_floor = not getattr(args, "no_noise_floor", True) and args.noise != "native"
-    return make_plan(_settings(args, **override), frameworks=frameworks, devices=_devices(args.device),
-                     tolerance=getattr(args, "tolerance", None), mindspore_mode=args.mindspore_mode,
-                     lockstep=getattr(args, "lockstep", False), layers=layers, noise_floor=noise_floor)
+    with interrupts_deferred():  # planning imports the libraries (see import_frameworks)
+        return make_plan(_settings(args, **override), frameworks=frameworks, devices=_devices(args.device),
+                         tolerance=getattr(args, "tolerance", None), mindspore_mode=args.mindspore_mode,
+                         lockstep=getattr(args, "lockstep", False), layers=layers, noise_floor=noise_floor)
 
 
 def _devices(pairs: List[str]) -> Dict[str, str]:
@@ -109,7 +81,8 @@ def cmd_compare(args) -> int:
     from .compare import compare_sides
     from .report.compare import write_report
 
-    out_dir = check_out_folder(args.out or time.strftime("xrand-compare-%Y%m%d-%H%M%S"))
+    # normalised once: "--out out/" prints as out/report.json, not out//report.json
+    out_dir = os.path.normpath(check_out_folder(args.out or time.strftime("xrand-compare-%Y%m%d-%H%M%S")))
     if args.files:
         if len(args.files) != 2:
             raise UsageError(f"compare takes two side files (from 'xrand run'), got {len(args.files)}")
@@ -129,7 +102,7 @@ def cmd_compare(args) -> int:
         return _compare_matrix(args, out_dir)
     else:
         return _compare_in_stages(args, out_dir)
-    paths = write_report(comparison, out_dir)
+    paths = write_report(comparison, out_dir)  # from two side files: "reproduce" derived from the report
     return _finish(args, comparison.passed, comparison.summary_lines(), "report and pictures", out_dir, paths)
 
 
@@ -164,6 +137,7 @@ def _compare_in_stages(args, out_dir: str) -> int:
     is said with its command."""
     from .compare.stages import (Asks, Loading, Store, framework_of, plan_from_manifest, read_manifest, report_store,
                                   run_stages)
+    from .report.command import plan_command
     from .report.compare import write_report
 
     frameworks = _frameworks_here(args.only)
@@ -185,24 +159,32 @@ def _compare_in_stages(args, out_dir: str) -> int:
         plan = _plan(args, frameworks=frameworks, layers=_layer_options(args),
                      noise_floor=floor and "torch" in frameworks)
         store = Store(plan, Asks(plan.lockstep, plan.layers, floor), out_dir)
-    if frameworks:
-        what = " and ".join({"torch": "diffusers (torch)", "mindspore": "mindone.diffusers (MindSpore)"}[fw]
-                            for fw in frameworks)
-        _say(args, f"xrand: {what} on {store.plan.folder.path}")
-        import_frameworks(frameworks)
+    # report.json's "reproduce", every path absolute (from a folder's manifest alone: what it says)
+    reproduce = plan_command(store.plan, noise_floor=store.asks.noise_floor) if store.plan is not None else None
 
     def on_stage(outcome):  # each stage's report as soon as it exists
         if outcome.comparison is not None:
-            write_report(outcome.comparison, out_dir)
+            write_report(outcome.comparison, out_dir, reproduce)
         left = [s for s in outcome.missing if s in here]
         if left:
             _say(args, f"xrand: {', '.join(outcome.done)} kept in {out_dir}/; next: {', '.join(left)}")
 
     here = [s for s in store.asks.stages() if framework_of(s) in frameworks]
-    outcome = run_stages(store, Loading(store.plan, quiet=args.quiet) if frameworks else None, frameworks, on_stage,
-                         say=lambda text: _say(args, text))
+    try:
+        if frameworks:
+            what = " and ".join({"torch": "diffusers (torch)", "mindspore": "mindone.diffusers (MindSpore)"}[fw]
+                                for fw in frameworks)
+            _say(args, f"xrand: {what} on {store.plan.folder.path}")
+            import_frameworks(frameworks)
+        outcome = run_stages(store, Loading(store.plan, quiet=args.quiet) if frameworks else None, frameworks,
+                             on_stage, say=lambda text: _say(args, text))
+    except KeyboardInterrupt:
+        kept = [s for s in store.asks.stages() if store.done(s)]
+        print(f"xrand compare: interrupted; {', '.join(kept) or 'nothing finished'} kept in {out_dir}/ "
+              "(run the same command to finish)", file=sys.stderr)
+        return 130
     comparison = outcome.comparison
-    paths = write_report(comparison, out_dir) if comparison is not None else {}
+    paths = write_report(comparison, out_dir, reproduce) if comparison is not None else {}
     if outcome.missing:
         return _incomplete(args, outcome, out_dir, store.manifest["plan"].get("embedded_model"))
     return _finish(args, comparison.passed, comparison.summary_lines(), "report and pictures", out_dir, paths)
@@ -261,7 +243,7 @@ def _compare_matrix(args, out_dir: str) -> int:
     from .compare.matrix import run_matrix
     from .report.matrix import write_matrix
 
-    if args.scheduler_option:
+    if args.scheduler_options:
         raise UsageError("--scheduler-option cannot be combined with --scheduler all (each row has its own options)")
     if args.layers or _layer_options(args) is not None:
         raise UsageError("--layers cannot be combined with --scheduler all; give one scheduler with --scheduler NAME")
@@ -305,7 +287,7 @@ def cmd_sweep(args) -> int:
     seeds = parse_seeds(args.seeds)
     check_workers(args.workers)
     check_engine(args.engine)
-    check_out_folder(args.out)
+    out = os.path.normpath(check_out_folder(args.out))  # "--out sweep/" prints as sweep/summary.md
     if args.ray_address and args.engine != "ray":
         raise UsageError(f"--ray-address {args.ray_address!r} needs --engine ray")
     # every compare setting, planned as compare plans it, with the first seed and the folder's
@@ -318,23 +300,23 @@ def cmd_sweep(args) -> int:
     for dtype in dtypes[1:]:
         plan.cell(dtype=dtype)
     config = SweepConfig(plan=plan, scheduler_options=options, dtypes=tuple(dtypes) if len(dtypes) > 1 else ())
-    result = run_sweep(config, seeds, schedulers, args.out, workers=args.workers, engine=args.engine,
+    result = run_sweep(config, seeds, schedulers, out, workers=args.workers, engine=args.engine,
                        ray_address=args.ray_address, progress=not args.quiet)
     per = result.summary["schedulers"]
     counts = {key: sum(p[key] for p in per.values()) for key in ("passed", "failed", "errors")}
     if args.quiet:
         print(json.dumps({"verdict": result.summary["verdict"], "cells": len(result.cells),
-                          "finished": result.summary["finished"], **counts, "ran": result.ran, "out": args.out}))
+                          "finished": result.summary["finished"], **counts, "ran": result.ran, "out": out}))
     else:
         for name, p in per.items():
             rate = "-" if p["pass_rate"] is None else f"{p['pass_rate']:.1%}"
             print(f"{name}: {p['passed']} of {p['finished']} cells passed ({rate}), {p['failed']} failed, "
                   f"{p['errors']} errors")
-        print(f"xrand: {result.ran} cells run now, {len(result.cells) - result.ran} already in {args.out}/; "
-              f"summary in {args.out}/summary.md, sweep.png, results.jsonl")
+        print(f"xrand: {result.ran} cells run now, {len(result.cells) - result.ran} already in {out}/; "
+              f"summary in {out}/summary.md, sweep.png, results.jsonl")
     if result.interrupted:
         print(f"xrand sweep: interrupted; {result.summary['finished']} of {len(result.cells)} cells kept in "
-              f"{args.out}/ (run the same command to finish)", file=sys.stderr)
+              f"{out}/ (run the same command to finish)", file=sys.stderr)
         return 130
     return 0 if result.passed else 1
 
@@ -413,61 +395,11 @@ def _graph_cache_info() -> Dict[str, object]:
     return {"folder": folder, "graphs": len(graphs), "megabytes": size / 2**20}
 
 
-def _default(name: str):
-    from dataclasses import fields
-
-    from .pipelines.settings import Settings
-
-    return next(f.default for f in fields(Settings) if f.name == name)
-
-
 def _add_settings(p: argparse.ArgumentParser) -> None:
+    from .pipelines.flags import add_arguments
     from .pipelines.frameworks import DEFAULT_MINDSPORE_MODE, MINDSPORE_MODES
-    from .pipelines.recipes import pipelines
-    from .pipelines.settings import DTYPES
-    from .streams import DEFAULT_STREAM
 
-    p.add_argument("--model", help="local diffusers folder or hub id (default: the embedded digits model)")
-    p.add_argument("--variant", metavar="NAME",
-                   help="load the folder's weights of this variant, e.g. fp16 for unet/diffusion_pytorch_model.fp16"
-                        ".safetensors, as from_pretrained(variant=NAME) (default: the plain files)")
-    p.add_argument("--config", metavar="FOLDER",
-                   help="--model is one file of every weight in the original layout (MODEL.safetensors, loaded by "
-                        "from_single_file); FOLDER is a diffusers folder of the same architecture giving the configs "
-                        "(offline)")
-    p.add_argument("--pipeline", help=f"pipeline class ({', '.join(pipelines())}; default: the folder's "
-                                      "model_index.json)")
-    p.add_argument("--scheduler", help="scheduler class name (any case) or alias such as euler-a, dpm++-2m-sde; "
-                                       "'all' (compare, sweep) runs every shared scheduler; sweep takes NAME,NAME... "
-                                       "too (default: the folder's)")
-    p.add_argument("--scheduler-option", action="append", metavar="KEY=VALUE",
-                   help="scheduler config option or step() argument, VALUE parsed as JSON when it parses, "
-                        "e.g. use_karras_sigmas=true (repeatable)")
-    p.add_argument("--steps", type=int, default=_default("steps"), help=f"denoising steps (default {_default('steps')})")
-    p.add_argument("--seed", type=int, default=_default("seed"), help="seed of the xrand generator (default 0)")
-    p.add_argument("--batch-size", type=int, default=_default("batch_size"),
-                   help=f"images per run (default {_default('batch_size')})")
-    p.add_argument("--eta", type=float, default=_default("eta"), help="eta for schedulers whose step takes it "
-                                                                      "(DDIM, TCD) in [0, 1] (default 0)")
-    p.add_argument("--stream", default=DEFAULT_STREAM,
-                   help=f"noise stream: torch-cpu, torch-cuda, pcg64 (default {DEFAULT_STREAM})")
-    p.add_argument("--dtype", default=_default("dtype"), help=f"model dtype: {', '.join(DTYPES)} (default float32)")
-    p.add_argument("--noise", default=_default("noise"),
-                   help="where the noise comes from: shared (default: one xrand stream on both sides) or native "
-                        "(each library's own generator from the seed, as its docs tell users: "
-                        "torch.Generator(\"cpu\").manual_seed(SEED) for diffusers, "
-                        "np.random.Generator(np.random.PCG64(SEED)) for mindone; compare skips the noise floor)")
-    p.add_argument("--component-dtype", action="append", metavar="NAME=DTYPE",
-                   help="load one component of the folder (vae, text_encoder...; not the denoiser) in its own dtype, "
-                        "float32, float16 or bfloat16, the same on both sides, its inputs cast to it; e.g. "
-                        "--dtype bfloat16 --component-dtype vae=float32 (repeatable)")
-    p.add_argument("--prompt", help="text prompt (text-to-image pipelines)")
-    p.add_argument("--negative-prompt", help="negative prompt (text-to-image pipelines)")
-    p.add_argument("--guidance-scale", type=float,
-                   help="classifier-free guidance scale (text-to-image; default: the pipeline's)")
-    p.add_argument("--height", type=int, help="image height (text-to-image; default: the model's)")
-    p.add_argument("--width", type=int, help="image width (text-to-image; default: the model's)")
-    _add_family_settings(p)
+    add_arguments(p)  # every setting's flag
     p.add_argument("--device", action="append", metavar="FRAMEWORK=DEVICE",
                    help="device per framework, e.g. torch=cuda or mindspore=Ascend (repeatable; default CPU)")
     p.add_argument("--mindspore-mode", default=None, choices=list(MINDSPORE_MODES),
@@ -476,21 +408,6 @@ def _add_settings(p: argparse.ArgumentParser) -> None:
                         "model of more than 1 GiB of weights, where graph mode needs about 3x the weights in memory; "
                         "pynative runs operator by operator, slower on a CPU)")
     p.add_argument("--quiet", action="store_true", help="no progress bars; one JSON line of result")
-
-
-def _add_family_settings(p: argparse.ArgumentParser) -> None:
-    """The inputs of the pipeline families beyond text to image (each pipeline says which it takes)."""
-    p.add_argument("--prompt-2", help="prompt for the second text encoder (SDXL, SD3, Flux; default: --prompt)")
-    p.add_argument("--negative-prompt-2", help="negative prompt for the second text encoder (SDXL, SD3, Flux)")
-    p.add_argument("--prompt-3", help="prompt for SD3's T5 encoder (default: --prompt)")
-    p.add_argument("--negative-prompt-3", help="negative prompt for SD3's T5 encoder")
-    p.add_argument("--image", metavar="FILE", help="input image (image to image, inpainting, Flux Kontext)")
-    p.add_argument("--mask", metavar="FILE", help="inpainting mask (white: repaint)")
-    p.add_argument("--strength", type=float, help="how far image to image and inpainting noise the input, in (0, 1]")
-    p.add_argument("--frames", type=int, help="frames of a video (WanPipeline's num_frames; 4k + 1)")
-    p.add_argument("--call-option", action="append", metavar="KEY=VALUE",
-                   help="any other keyword of the pipeline's call, VALUE parsed as JSON when it parses, e.g. "
-                        "max_sequence_length=64 or use_resolution_binning=false (repeatable)")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -566,10 +483,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         parser.print_help()
         return 2
     try:
+        from .pipelines.interrupts import keyboard_interrupts
         from .registry import check_backend_variable
 
         check_backend_variable()  # every command reads it the same way, before any work
-        return args.func(args)
+        with keyboard_interrupts():  # Ctrl-C is KeyboardInterrupt even after MindSpore ran a graph
+            return args.func(args)
     except UsageError as exc:
         print(f"xrand {args.command}: error: {exc}", file=sys.stderr)
         return 2

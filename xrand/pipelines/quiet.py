@@ -18,10 +18,13 @@ _QUIET_ENV = {
 
 @contextlib.contextmanager
 def silenced() -> Iterator[None]:
-    """Send file descriptors 1 and 2 to /dev/null inside the block.
+    """Send file descriptors 1 and 2 to /dev/null inside the block; after it, the libraries log
+    errors only. ``xrand.quiet()`` for a program of one's own (load pipelines inside it).
 
     transformers (imported by mindone) prints "Config not found for parakeet" at import and
-    model-loading time, and diffusers prints loading progress bars; errors still raise.
+    model-loading time, diffusers prints loading progress bars, MindSpore and mindone warn of
+    deprecations; errors still raise. The environment variables that quiet the libraries'
+    logs (``TRANSFORMERS_VERBOSITY``, ``GLOG_v``...) are set where unset, for libraries imported later.
     """
     for key, value in _QUIET_ENV.items():
         os.environ.setdefault(key, value)

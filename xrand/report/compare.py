@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 from ..compare.result import Comparison
 from ..files import atomic_path, json_safe, write_json
+from .command import compare_command
 from .html import write_compare_page
 from .pictures import plot_comparison, plot_divergence, plot_frames, plot_layers
 
 REPORT_VERSION = 1
 
 
-def report_dict(c: Comparison) -> Dict[str, Any]:
+def report_dict(c: Comparison, reproduce: Optional[str] = None) -> Dict[str, Any]:
+    """report.json's dict; ``reproduce``: the ``xrand compare`` command that makes it again (by
+    default derived from the comparison, with absolute paths: :func:`.command.compare_command`)."""
     extra = {}
     if c.noise_floor is not None:
         extra["noise_floor"] = c.noise_floor
@@ -22,7 +25,7 @@ def report_dict(c: Comparison) -> Dict[str, Any]:
         extra["layers"] = c.layers.to_dict()
     if c.stages is not None:  # a staged run: what is in this report and what is still to come
         extra["stages"] = c.stages
-    return json_safe({
+    report = json_safe({
         "xrand_report": REPORT_VERSION,
         "verdict": "pass" if c.passed else "fail",
         "summary": c.verdict(),
@@ -42,13 +45,16 @@ def report_dict(c: Comparison) -> Dict[str, Any]:
         "environment": c.environments,
         **extra,
     })
+    report["reproduce"] = reproduce or compare_command(report, absolute=True)
+    return report
 
 
-def write_report(c: Comparison, out_dir: str) -> Dict[str, str]:
-    """Write report.json, the pictures and report.html into ``out_dir`` (created if needed); return their paths."""
+def write_report(c: Comparison, out_dir: str, reproduce: Optional[str] = None) -> Dict[str, str]:
+    """Write report.json, the pictures and report.html into ``out_dir`` (created if needed); return
+    their paths. ``reproduce``: the command that makes the report again (see :func:`report_dict`)."""
     os.makedirs(out_dir, exist_ok=True)
     paths = {name: os.path.join(out_dir, name) for name in ("report.json", "comparison.png", "divergence.png")}
-    write_json(paths["report.json"], report_dict(c))
+    write_json(paths["report.json"], report_dict(c, reproduce))
     with atomic_path(paths["comparison.png"]) as tmp:
         plot_comparison(c, tmp)
     with atomic_path(paths["divergence.png"]) as tmp:

@@ -14,10 +14,10 @@ Keys each page reads (keep them stable):
   ``per_frame``: a list of such dicts, one per video frame, when present), ``initial_noise``,
   ``steps_ran`` (``count``, ``asked``, ``why``; optional), ``steps[]`` (``step``, ``timestep``,
   ``global``, ``local.sample``, ``local.model_output``), ``noise_floor`` (``rel_l2``, ``how``),
-  ``settings`` (its ``ran.a`` / ``ran.b``), ``seconds``, ``environment.a`` / ``.b``, ``command`` (optional),
-  ``layers`` (``step``, ``timestep``, ``threshold``, ``culprit``, ``rule``, ``floor``,
-  ``unmatched``, ``modules[]``: ``name``, ``type``, ``call``, ``rel_l2``, ``local_rel_l2``,
-  ``max_abs``, ``floor_rel_l2``, ``limit`` when present).
+  ``settings`` (its ``ran.a`` / ``ran.b``), ``seconds``, ``environment.a`` / ``.b``, ``reproduce``
+  (the command; an older report's ``command``, else derived), ``layers`` (``step``, ``timestep``,
+  ``threshold``, ``culprit``, ``rule``, ``floor``, ``unmatched``, ``modules[]``: ``name``, ``type``,
+  ``call``, ``rel_l2``, ``local_rel_l2``, ``max_abs``, ``floor_rel_l2``, ``limit`` when present).
 - matrix: ``verdict``, ``summary``, ``settings``, ``tolerance.value``, ``command`` (optional),
   ``rows[]`` (``label``, ``scheduler``, ``options``, ``verdict``, ``noise_draws``, ``rel_l2``,
   ``max_abs``, ``max_local_rel_l2``, ``error``, ``note``, ``mindspore_mode``, ``mindspore_compile_cache``).
@@ -33,12 +33,13 @@ import base64
 import json
 import math
 import os
-import shlex
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Mapping, Optional, Sequence
 
 import jinja2
+import markupsafe
 
 from ..files import atomic_path
+from .command import compare_command, matrix_command, sweep_command
 from .csv import limit_of
 
 Pictures = Mapping[str, bytes]
@@ -70,6 +71,12 @@ def sort_key(value: Any) -> str:
     return ""
 
 
+def breakable(name: str) -> markupsafe.Markup:
+    """A dotted module name that may wrap after each dot (``down_blocks.0.<wbr>resnets...``), so
+    that a table of them fits a narrow window."""
+    return markupsafe.escape(name).replace(".", markupsafe.Markup(".<wbr>"))
+
+
 def data_uri(png: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
@@ -80,7 +87,7 @@ def to_json(value: Any) -> str:
 
 _ENV = jinja2.Environment(loader=jinja2.PackageLoader("xrand.report", "templates"), autoescape=True,
                           undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-_ENV.filters.update(fmt=fmt, sort_key=sort_key, data_uri=data_uri, to_json=to_json)
+_ENV.filters.update(fmt=fmt, sort_key=sort_key, data_uri=data_uri, to_json=to_json, breakable=breakable)
 
 
 def _after_word(summary: str) -> str:
@@ -92,129 +99,6 @@ def _after_word(summary: str) -> str:
 def _pictures(pictures: Pictures) -> Dict[str, str]:
     """Picture names (``comparison.png``) to data URIs; a missing picture is simply absent."""
     return {name: data_uri(png) for name, png in pictures.items() if png}
-
-
-# ----------------------------------------------------------------------------- the command
-
-def _digits(model: str) -> bool:
-    return str(model).replace("\\", "/").rstrip("/").endswith("xrand/models/digits")
-
-
-def _settings_args(s: Mapping[str, Any], scheduler: bool = True) -> List[str]:
-    """``xrand compare`` options that set these settings (defaults left out; the embedded digits
-    model is the default model, wherever it was installed)."""
-    args: List[str] = []
-    if s.get("model") and not _digits(s["model"]):
-        args += ["--model", s["model"]]
-    for key, flag in (("pipeline", "--pipeline"), ("steps", "--steps"), ("seed", "--seed"),
-                      ("batch_size", "--batch-size")):
-        if s.get(key) is not None:
-            args += [flag, str(s[key])]
-    if s.get("eta"):
-        args += ["--eta", fmt(s["eta"], "g")]
-    if s.get("stream") not in (None, "torch-cpu"):
-        args += ["--stream", s["stream"]]
-    if s.get("dtype") not in (None, "float32"):
-        args += ["--dtype", s["dtype"]]
-    if s.get("noise") not in (None, "shared"):
-        args += ["--noise", s["noise"]]
-    for name, dtype in sorted((s.get("component_dtypes") or {}).items()):
-        args += ["--component-dtype", f"{name}={dtype}"]
-    if scheduler and s.get("scheduler"):
-        args += ["--scheduler", s["scheduler"]]
-    for key, value in sorted((s.get("scheduler_options") or {}).items()):
-        args += ["--scheduler-option", f"{key}={json.dumps(value)}"]
-    if s.get("prompt") is not None:
-        args += ["--prompt", s["prompt"]]
-        if s.get("negative_prompt") is not None:
-            args += ["--negative-prompt", s["negative_prompt"]]
-    if s.get("guidance_scale") is not None:
-        args += ["--guidance-scale", fmt(s["guidance_scale"], "g")]
-    for key in ("height", "width"):
-        if s.get(key) is not None:
-            args += [f"--{key}", str(s[key])]
-    for key in ("prompt_2", "negative_prompt_2", "prompt_3", "negative_prompt_3", "image", "mask", "frames"):
-        if s.get(key) is not None:
-            args += ["--" + key.replace("_", "-"), str(s[key])]
-    if s.get("strength") is not None:
-        args += ["--strength", fmt(s["strength"], "g")]
-    for key, value in sorted((s.get("call_options") or {}).items()):
-        args += ["--call-option", f"{key}={json.dumps(value)}"]
-    return args
-
-
-def compare_command(report: Mapping[str, Any]) -> str:
-    """``report["command"]`` when the report has it, else the ``xrand compare`` command that makes
-    this report again, from its settings and what it measured."""
-    if report.get("command"):
-        return str(report["command"])
-    args = ["xrand", "compare"] + _settings_args(report["settings"])
-    args += ["--tolerance", fmt(report["tolerance"]["value"], "g")]
-    if any("local" in row for row in report.get("steps", [])):
-        args.append("--lockstep")
-    layers = report.get("layers")
-    if layers:
-        args += ["--layers", "--layers-step", str(layers.get("step") or 0)]
-        if layers.get("floor") is None:
-            args += ["--layer-tolerance", fmt(layers["threshold"], "g")]
-    if "noise_floor" not in report:
-        args.append("--no-noise-floor")
-    mode = (report.get("environment", {}).get("b") or {}).get("mindspore_mode")
-    if mode:
-        args += ["--mindspore-mode", mode]
-    return shlex.join(args)
-
-
-def matrix_command(matrix: Mapping[str, Any]) -> str:
-    """``matrix["command"]``, else the ``xrand compare --scheduler all`` command of this matrix."""
-    if matrix.get("command"):
-        return str(matrix["command"])
-    args = ["xrand", "compare", "--scheduler", "all"] + _settings_args(matrix["settings"], scheduler=False)
-    args += ["--tolerance", fmt(matrix["tolerance"]["value"], "g")]
-    rows = matrix.get("rows", [])
-    if any(r.get("max_local_rel_l2") is not None for r in rows):
-        args.append("--lockstep")
-    mode = next((r["mindspore_mode"] for r in rows if r.get("mindspore_mode")), None)
-    if mode:
-        args += ["--mindspore-mode", mode]
-    return shlex.join(args)
-
-
-def seed_ranges(seeds: Sequence[int]) -> str:
-    """``[0, 1, 2, 3, 7]`` as ``0-3,7`` (what ``--seeds`` takes)."""
-    parts: List[str] = []
-    ordered = sorted(set(int(s) for s in seeds))
-    i = 0
-    while i < len(ordered):
-        j = i
-        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
-            j += 1
-        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
-        i = j + 1
-    return ",".join(parts)
-
-
-def sweep_command(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> str:
-    """``summary["command"]``, else the ``xrand sweep`` command of these cells (``--out`` is the
-    folder the sweep was written to: DIR here)."""
-    if summary.get("command"):
-        return str(summary["command"])
-    from ..pipelines.schedulers import MATRIX, split_label
-
-    s = summary["settings"]
-    shared = s.get("scheduler_options") or {}
-    args = ["xrand", "sweep", "--seeds", seed_ranges([r["seed"] for r in rows])]
-    args += _settings_args(dict(s, scheduler=None, scheduler_options=shared))
-    names = list(summary.get("schedulers", {}))
-    if len(names) == len(MATRIX) and len(names) > 1:
-        args += ["--scheduler", "all"]
-    elif names:
-        args += ["--scheduler", ",".join(dict.fromkeys(split_label(n)[0] for n in names))]
-    if s.get("tolerance") is not None:
-        args += ["--tolerance", fmt(s["tolerance"], "g")]
-    if s.get("mindspore_mode"):
-        args += ["--mindspore-mode", s["mindspore_mode"]]
-    return shlex.join(args + ["--out", "DIR"])
 
 
 # ----------------------------------------------------------------------------- the pages
@@ -279,20 +163,21 @@ def render_compare(report: Mapping[str, Any], pictures: Pictures) -> str:
         floor_ratio=(report["final"]["rel_l2"] / floor) if floor else None)
 
 
-def render_matrix(matrix: Mapping[str, Any], pictures: Pictures) -> str:
+def render_matrix(matrix: Mapping[str, Any], pictures: Pictures, absolute: bool = False) -> str:
     """The page of ``xrand compare --scheduler all`` (``matrix.json``'s dict); ``pictures``:
-    ``matrix.png``."""
+    ``matrix.png``; ``absolute``: the command's paths (:mod:`.command`)."""
     ran = [r for r in matrix["rows"] if isinstance(r.get("rel_l2"), (int, float))]
     worst = max(ran, key=lambda r: r["rel_l2"]) if ran else None
     return _ENV.get_template("matrix.html.j2").render(
-        m=matrix, pictures=_pictures(pictures), command=matrix_command(matrix), worst=worst,
+        m=matrix, pictures=_pictures(pictures), command=matrix_command(matrix, absolute), worst=worst,
         summary=_after_word(matrix["summary"]),
         lockstep=any(r.get("max_local_rel_l2") is not None for r in matrix["rows"]))
 
 
-def render_sweep(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], pictures: Pictures) -> str:
+def render_sweep(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], pictures: Pictures,
+                 absolute: bool = False) -> str:
     """The page of a sweep (``summary.json``'s dict and results.jsonl's rows); ``pictures``:
-    ``sweep.png``."""
+    ``sweep.png``; ``absolute``: the command's paths (:mod:`.command`)."""
     from ..pipelines.schedulers import row_label
 
     rows = sorted(rows, key=lambda r: (row_label(r), r["seed"]))
@@ -300,7 +185,7 @@ def render_sweep(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], 
     worst = max(ran, key=lambda r: r["rel_l2"]) if ran else None
     return _ENV.get_template("sweep.html.j2").render(
         s=summary, rows=[dict(r, label=row_label(r)) for r in rows], pictures=_pictures(pictures),
-        command=sweep_command(summary, rows), worst=worst)
+        command=sweep_command(summary, rows, absolute), worst=worst)
 
 
 def write_html(path: str, html: str) -> None:
@@ -341,15 +226,17 @@ def write_compare_page(out_dir: str) -> Dict[str, str]:
 
 
 def write_matrix_page(out_dir: str) -> Dict[str, str]:
-    """report.html from ``out_dir``'s matrix.json and matrix.png; its path by name."""
+    """report.html from ``out_dir``'s matrix.json and matrix.png; its path by name. Written where
+    the matrix ran: the command's paths are absolute."""
     path = os.path.join(out_dir, "report.html")
-    write_html(path, render_matrix(_json(out_dir, "matrix.json"), {"matrix.png": _read(out_dir, "matrix.png")}))
+    write_html(path, render_matrix(_json(out_dir, "matrix.json"), {"matrix.png": _read(out_dir, "matrix.png")},
+                                   absolute=True))
     return {"report.html": path}
 
 
 def write_sweep_page(out_dir: str, rows: Optional[Sequence[Mapping[str, Any]]] = None) -> Dict[str, str]:
     """report.html from a sweep folder's summary.json, sweep.png and ``rows`` (by default its
-    results.jsonl); its path by name."""
+    results.jsonl); its path by name. Written where the sweep runs: the command's paths are absolute."""
     if rows is None:
         rows = []
         path = os.path.join(out_dir, "results.jsonl")
@@ -359,6 +246,7 @@ def write_sweep_page(out_dir: str, rows: Optional[Sequence[Mapping[str, Any]]] =
             except ValueError:  # an empty line, or the half-written tail of an interrupted run
                 continue
     path = os.path.join(out_dir, "report.html")
-    write_html(path, render_sweep(_json(out_dir, "summary.json"), rows, {"sweep.png": _read(out_dir, "sweep.png")}))
+    write_html(path, render_sweep(_json(out_dir, "summary.json"), rows, {"sweep.png": _read(out_dir, "sweep.png")},
+                                  absolute=True))
     return {"report.html": path}
 

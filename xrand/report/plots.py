@@ -20,16 +20,19 @@ class ExactBand:
     ``values``: every value the axis will show (None and NaN are ignored). Exact values are
     drawn one decade below the smallest positive value (``exact=0``, log scale) or above the
     largest finite one (``exact=inf``, linear scale); :meth:`finish` shades that band and labels it.
+    ``floor`` (log scale): values at or below it count as exact, on a band one decade below it
+    labelled "<= floor" (where smaller differences say nothing more).
     """
 
-    def __init__(self, values: Iterable[Optional[float]], exact: float = 0.0, axis: str = "y") -> None:
+    def __init__(self, values: Iterable[Optional[float]], exact: float = 0.0, axis: str = "y",
+                 floor: Optional[float] = None) -> None:
         finite = [float(v) for v in values if v is not None and not math.isnan(float(v))]
-        self.exact, self.axis = exact, axis
+        self.exact, self.axis, self.floor = exact, axis, floor
         self.log = exact == 0.0
-        self.present = any(v == exact for v in finite)
+        self.present = any(self._exact(v) for v in finite)
         if self.log:
             positive = [v for v in finite if 0 < v < math.inf]
-            low = min(positive) if positive else 1.0
+            low = floor if floor is not None else min(positive) if positive else 1.0
             self.at = 10.0 ** (math.floor(math.log10(low)) - 1)
             self.band = (self.at / 10 ** 0.5, self.at * 10 ** 0.5)
         else:
@@ -39,10 +42,13 @@ class ExactBand:
             self.at = high + 2 * step
             self.band = (high + 1.5 * step, high + 2.5 * step)
 
+    def _exact(self, value: float) -> bool:
+        return value == self.exact or (self.floor is not None and value <= self.floor)
+
     def __call__(self, values: Sequence[Optional[float]]) -> np.ndarray:
         """The positions to plot ``values`` at: exact ones on the band, None as NaN (not drawn)."""
         out = np.array([np.nan if v is None else float(v) for v in values], dtype=np.float64)
-        out[out == self.exact] = self.at
+        out[[not math.isnan(v) and self._exact(v) for v in out]] = self.at
         return out
 
     def start(self, ax) -> None:
@@ -59,7 +65,7 @@ class ExactBand:
         span = ax.axhspan if self.axis == "y" else ax.axvspan
         low, high = get_lim()
         if self.log:
-            set_lim(self.band[0], max(high, self.band[1] * 10))
+            set_lim(self.band[0], max(high, self.band[1] * (1000 if self.floor is not None else 10)))
         else:
             set_lim(low, max(high, self.band[1]))
         low, high = get_lim()
@@ -70,6 +76,8 @@ class ExactBand:
                  and (t > self.band[1] if self.log else t < 1.5 * self.band[0] - 0.5 * self.band[1])]
         labels = list(formatter.format_ticks(ticks))
         word = "exact (0)" if self.log else "exact (inf)"
+        if self.floor is not None:
+            word = "≤ " + f"{self.floor:.0e}".replace("e-0", "e-")
         axis.set_ticks(ticks + [self.at], labels + [word])
         minor = [t for t in axis.get_minorticklocs() if self.band[1] < t <= high] if self.log else []
         axis.set_ticks(minor, minor=True)
