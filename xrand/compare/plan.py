@@ -67,6 +67,7 @@ class Plan:
     lockstep: bool = False
     layers: Optional[Any] = None  # a layers.LayerOptions, checked against the schedule
     noise_floor: bool = False
+    weights_check: bool = True  # each side's loaded weights against the files, then against each other
     denoiser_calls: Optional[int] = None  # how many denoiser calls a run makes (known with layers)
     input_files: Mapping[str, str] = field(default_factory=dict)  # input -> sha256 of its file
     mindspore_mode_reason: Optional[str] = None  # why MindSpore runs PyNative where graph mode was asked or the default
@@ -110,7 +111,8 @@ class Plan:
         return make_plan(replace(self.settings, **changes), frameworks=self.frameworks, devices=self.devices,
                          tolerance=self.tolerance if self.tolerance_given else None,
                          mindspore_mode=self.mindspore_mode_asked,
-                         lockstep=self.lockstep, layers=self.layers, noise_floor=self.noise_floor, folder=self.folder)
+                         lockstep=self.lockstep, layers=self.layers, noise_floor=self.noise_floor, folder=self.folder,
+                         weights_check=self.weights_check)
 
 
 def check_tolerance(tolerance: Any) -> float:
@@ -123,13 +125,14 @@ def check_tolerance(tolerance: Any) -> float:
 def make_plan(settings: Settings, *, frameworks: Sequence[str] = FRAMEWORKS,
               devices: Optional[Mapping[str, Optional[str]]] = None, tolerance: Optional[float] = None,
               mindspore_mode: Optional[str] = None, lockstep: bool = False, layers: Optional[Any] = None,
-              noise_floor: bool = False, folder: Optional[ModelFolder] = None) -> Plan:
+              noise_floor: bool = False, folder: Optional[ModelFolder] = None, weights_check: bool = True) -> Plan:
     """Resolve and check everything about a comparison (see the module); ``UsageError`` naming
     the first thing that cannot run. ``frameworks``: the sides it runs (both for a comparison,
     one for ``xrand run``); ``devices``: framework -> device (torch: ``"cuda:0"``; MindSpore: a
     device target); ``mindspore_mode``: ``"graph"`` or ``"pynative"``, None for graph mode but
     PyNative on a CPU for a folder of more than 1 GiB of weights; ``folder``: the model folder
-    when already read (a cell of a sweep)."""
+    when already read (a cell of a sweep); ``weights_check``: False skips the check of the loaded
+    weights (:mod:`.weights`)."""
     if not isinstance(settings, Settings):
         raise UsageTypeError(f"make_plan takes Settings, got {settings!r}")
     frameworks = tuple(check_framework(name) for name in frameworks)
@@ -185,7 +188,7 @@ def make_plan(settings: Settings, *, frameworks: Sequence[str] = FRAMEWORKS,
         mindspore_mode, mode_reason = "pynative", COMPONENT_DTYPES_PYNATIVE
     return Plan(settings=settings, folder=folder, recipe=recipe, scheduler=scheduler, frameworks=frameworks,
                 devices=devices, tolerance=tolerance, mindspore_mode=mindspore_mode, lockstep=bool(lockstep),
-                layers=layers, noise_floor=bool(noise_floor), denoiser_calls=calls, input_files=input_files,
+                layers=layers, noise_floor=bool(noise_floor), weights_check=bool(weights_check), denoiser_calls=calls, input_files=input_files,
                 mindspore_mode_reason=mode_reason, mindspore_mode_asked=asked_mode, tolerance_given=tolerance_given)
 
 

@@ -69,6 +69,7 @@ class Loaded:
     dtype: str
     device: Optional[str]  # torch device, or MindSpore device target (None: the context's)
     component_dtypes: Dict[str, str] = field(default_factory=dict)  # components in a dtype of their own
+    weights: Optional[Any] = None  # its weights.SideWeights, once checked (they do not change between runs)
 
     @property
     def framework(self) -> str:

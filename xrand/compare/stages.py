@@ -3,11 +3,16 @@
 A comparison is a list of stages, always run in this order (the ones the plan asks for):
 
     stage             runs on    needs           leaves
+    torch weights     torch      -               torch's loaded weights against the files: per
+                                                 tensor its shape, dtype, sha256 and largest
+                                                 |difference|; its values where not the files'
     torch             torch      -               torch's side; its recorded denoiser calls and
                                                  steps (lockstep) and the call at the layers step
     torch layers      torch      torch           every module's input and output at that call,
                                                  and torch's own float64 error per module
     floor             torch      torch           torch's float64 run against its side
+    mindspore weights mindspore  torch weights   the same of MindSpore's, and the two matched
+                                                 (:mod:`.weights`): a FAIL before any step
     mindspore         mindspore  -               MindSpore's side
     mindspore layers  mindspore  torch layers    the layers report
     lockstep          mindspore  torch           the local error per step
@@ -25,12 +30,15 @@ from __future__ import annotations
 import gc
 import os
 import time
+
+import numpy as np
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..checks import UsageError
 from ..files import json_safe, write_json
 from ..patch import patched
+from ..pipelines.components import model_components
 from ..pipelines.folder import component_digests
 from ..pipelines.settings import Settings
 from .boundary import Recording
@@ -42,8 +50,10 @@ from .records import RecordReader, RecordWriter, check_file, file_entry
 from .result import Comparison, compare_sides
 from .sidefile import load_side, save_side
 from .sides import Everything, Loaded, Side, fingerprinted, load, run
+from .weights import SideWeights, compare_weights, side_weights
 
 MANIFEST = "manifest.json"
+TORCH_WEIGHTS = "torch-weights.safetensors"  # torch's loaded values where they are not the files'
 MANIFEST_VERSION = 1
 
 
@@ -54,28 +64,32 @@ class Stage:
     needs: Tuple[str, ...]  # stages whose outputs it reads
 
 
-STAGES = (Stage("torch", "torch", ()), Stage("torch layers", "torch", ("torch",)), Stage("floor", "torch", ("torch",)),
-          Stage("mindspore", "mindspore", ()), Stage("mindspore layers", "mindspore", ("torch layers",)),
-          Stage("lockstep", "mindspore", ("torch",)))
+STAGES = (Stage("torch weights", "torch", ()), Stage("torch", "torch", ()),
+          Stage("torch layers", "torch", ("torch",)), Stage("floor", "torch", ("torch",)),
+          Stage("mindspore weights", "mindspore", ("torch weights",)), Stage("mindspore", "mindspore", ()),
+          Stage("mindspore layers", "mindspore", ("torch layers",)), Stage("lockstep", "mindspore", ("torch",)))
 BY_NAME = {s.name: s for s in STAGES}
 
 
 @dataclass(frozen=True)
 class Asks:
-    """What a comparison asks for beyond both sides: lockstep, layers (a LayerOptions), the floor."""
+    """What a comparison asks for beyond both sides: lockstep, layers (a LayerOptions), the floor,
+    the check of the loaded weights."""
 
     lockstep: bool = False
     layers: Optional[LayerOptions] = None
     noise_floor: bool = False
+    weights: bool = True
 
     @classmethod
     def of(cls, plan: Plan) -> "Asks":
-        return cls(plan.lockstep, plan.layers, plan.noise_floor)
+        return cls(plan.lockstep, plan.layers, plan.noise_floor, plan.weights_check)
 
     def stages(self) -> List[str]:
         """The stages these asks need, in the order they run."""
         asked = {"torch layers": self.layers is not None, "floor": self.noise_floor,
-                 "mindspore layers": self.layers is not None, "lockstep": self.lockstep}
+                 "mindspore layers": self.layers is not None, "lockstep": self.lockstep,
+                 "torch weights": self.weights, "mindspore weights": self.weights}
         return [s.name for s in STAGES if asked.get(s.name, True)]
 
     def key(self, stage: str) -> Dict[str, Any]:
@@ -92,14 +106,14 @@ class Asks:
         return {}
 
     def to_dict(self) -> Dict[str, Any]:
-        return json_safe({"lockstep": self.lockstep, "noise_floor": self.noise_floor,
+        return json_safe({"lockstep": self.lockstep, "noise_floor": self.noise_floor, "weights": self.weights,
                           "layers": None if self.layers is None else asdict(self.layers)})
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Asks":
         layers = data.get("layers")
         return cls(bool(data["lockstep"]), None if layers is None else LayerOptions(**layers).check(),
-                   bool(data["noise_floor"]))
+                   bool(data["noise_floor"]), bool(data.get("weights", False)))  # False: a folder from before the check
 
 
 def _covers(done: Mapping[str, Any], wanted: Mapping[str, Any], stage: str) -> bool:
@@ -148,7 +162,8 @@ def plan_from_manifest(manifest: Mapping[str, Any], frameworks: Sequence[str], m
     asks = Asks.from_dict(manifest["asks"])
     return make_plan(settings, frameworks=frameworks, devices=devices, tolerance=saved["tolerance"],
                      mindspore_mode=mindspore_mode or saved["mindspore_mode"], lockstep=asks.lockstep,
-                     layers=asks.layers, noise_floor=asks.noise_floor and "torch" in frameworks)
+                     layers=asks.layers, noise_floor=asks.noise_floor and "torch" in frameworks,
+                     weights_check=asks.weights)
 
 
 def read_manifest(out_dir: str) -> Optional[Dict[str, Any]]:
@@ -257,6 +272,9 @@ class Store:
                 for name, entry in self.manifest["stages"].items()}
 
     # -- outputs
+    def path(self, name: str) -> str:
+        return os.path.join(self.folder, name)
+
     def side_path(self, framework: str) -> str:
         return os.path.join(self.folder, f"{framework}.safetensors")
 
@@ -405,6 +423,38 @@ def trim_heap() -> None:
 OWN_PROCESS_BYTES = 1 << 30
 
 
+def _weights(framework: str, plan: Plan, pipes: Any, against: Optional[Mapping[str, Any]] = None) -> SideWeights:
+    """A side's loaded weights against the files (:func:`.weights.side_weights`), once per loaded pipeline."""
+    loaded = pipes.get(framework)
+    if loaded.weights is None:
+        loaded.weights = side_weights(loaded.fw, loaded.pipe, plan.folder, model_components(plan.folder), against)
+    return loaded.weights
+
+
+def _torch_weights(plan: Plan, store: Store, pipes: Any) -> None:
+    side = _weights("torch", plan, pipes)
+    files = {}
+    if store.folder is not None and side.kept:  # torch's values where they are not the files' (LoRA fused)
+        from safetensors.numpy import save_file
+
+        save_file({k: np.ascontiguousarray(v) for k, v in side.kept.items()}, store.path(TORCH_WEIGHTS))
+        files[TORCH_WEIGHTS] = file_entry(store.path(TORCH_WEIGHTS))
+    store.finish("torch weights", side.to_dict(), files, held=side, seconds=side.seconds)
+
+
+def _mindspore_weights(plan: Plan, store: Store, pipes: Any) -> None:
+    torch_side = store.result("torch weights")
+    kept = store.held["torch weights"].kept if "torch weights" in store.held else {}
+    if torch_side["kept"] and not kept:
+        from safetensors.numpy import load_file
+
+        check_file(store.folder, TORCH_WEIGHTS, store.files("torch weights")[TORCH_WEIGHTS], "torch weights")
+        kept = load_file(store.path(TORCH_WEIGHTS))
+    side = _weights("mindspore", plan, pipes, kept)
+    store.finish("mindspore weights", {"side": side.to_dict(), "comparison": compare_weights(torch_side, side.to_dict())},
+                 seconds=side.seconds)
+
+
 def _torch(plan: Plan, store: Store, pipes: Any) -> None:
     asks = store.asks
     record_calls = Everything() if asks.lockstep else {asks.layers.step} if asks.layers is not None else None
@@ -433,6 +483,7 @@ def _mindspore(plan: Plan, store: Store, pipes: Any) -> None:
     start = time.perf_counter()
     if store.folder is not None and isinstance(pipes, Loading) and plan.folder.weights_bytes > OWN_PROCESS_BYTES:
         pipes.release("torch")
+        pipes.release("mindspore")  # loaded here for its weights' check
         side = side_in_own_process(plan, "mindspore", store.side_path("mindspore"), pipes.quiet)
         files = {"mindspore.safetensors": file_entry(store.side_path("mindspore"))}
     else:
@@ -457,7 +508,7 @@ def _lockstep(plan: Plan, store: Store, pipes: Any) -> None:
 
 
 RUNS: Dict[str, Callable[[Plan, Store, Any], None]] = {
-    "torch": _torch, "torch layers": _torch_layers, "floor": _floor, "mindspore": _mindspore,
+    "torch weights": _torch_weights, "mindspore weights": _mindspore_weights, "torch": _torch, "torch layers": _torch_layers, "floor": _floor, "mindspore": _mindspore,
     "mindspore layers": _mindspore_layers, "lockstep": _lockstep}
 
 
@@ -525,6 +576,8 @@ def comparison_of(store: Store) -> Optional[Comparison]:
     if store.asks.layers is not None and store.done("mindspore layers"):
         held = store.held.get("mindspore layers")
         c.layers = held if held is not None else LayerReport.from_dict(store.result("mindspore layers"))
+    if store.asks.weights and store.done("mindspore weights"):
+        c.weights = store.result("mindspore weights")["comparison"]
     if store.asks.noise_floor and store.done("floor"):
         c.noise_floor = store.result("floor")
     if store.folder is not None:
