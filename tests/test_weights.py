@@ -95,3 +95,57 @@ def test_the_check_is_in_report_json_and_can_be_skipped(tiny_sd, tmp_path):
     assert "loaded weights" in open(tmp_path / "checked" / "report.html").read()
     assert main(args + ["--out", str(tmp_path / "skipped"), "--no-weights-check"]) == 0
     assert "weights" not in json.load(open(tmp_path / "skipped" / "report.json"))
+
+
+# -- LoRA adapters (--lora FILE[:SCALE], --fuse-lora): each library's load_lora_weights ------------------------
+@pytest.fixture(scope="module")
+def lora(tiny_sd, tmp_path_factory):
+    """A random LoRA of the tiny SD UNet's attention projections (xrand.models.checkpoints.save_lora)."""
+    pytest.importorskip("peft")  # diffusers loads LoRAs through peft (the diffusers extra)
+    from xrand.models.checkpoints import save_lora
+
+    return str(save_lora(tiny_sd, tmp_path_factory.mktemp("lora") / "style.safetensors"))
+
+
+def test_a_lora_loads_on_both_sides_changes_the_images_and_its_layers_are_matched(plan, checked, lora):
+    from xrand.compare import compare_frameworks
+
+    c = compare_frameworks(Settings(model=plan.folder.path, **TINY, loras=((lora, 0.8),)), mindspore_mode="pynative")
+    assert c.passed, c.verdict()
+    names = {r["name"] for r in c.weights["rows"] if r["component"] == "unet"}
+    assert "mid_block.attentions.0.transformer_blocks.0.attn1.to_q.lora_A.style.weight" in names
+    assert c.weights["passed"] and c.weights["tensors"] > checked[1].weights["tensors"]
+    assert np.abs(c.images["a"] - checked[1].images["a"]).max() > 1e-3  # the adapter did something
+
+
+def test_a_fused_lora_is_measured_against_torchs_fused_weights_across_the_folder(tiny_sd, lora, tmp_path):
+    """Fused weights are not the files': torch keeps them (torch-weights.safetensors) and
+    MindSpore's fused weights are measured against them."""
+    out = tmp_path / "fused"
+    assert main(["compare", "--model", tiny_sd, "--prompt", "a red circle", "--steps", "2", "--height", "32",
+                 "--width", "32", "--batch-size", "1", "--mindspore-mode", "pynative", "--no-noise-floor", "--quiet",
+                 "--lora", f"{lora}:0.8", "--fuse-lora", "--out", str(out)]) == 0
+    report = json.load(open(out / "report.json"))
+    weights = report["weights"]
+    assert weights["passed"] and weights["kept"] == 32  # to_q, to_k, to_v, to_out.0 of 8 attentions
+    assert report["stages"]["bytes"]["torch weights"] > 0
+    fused = [r for r in weights["rows"] if r["name"].endswith("attn1.to_q.weight")]
+    assert fused and all(r["max_abs"] is not None and not r["bound"] for r in fused)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--lora", "missing.safetensors"], "--lora 'missing.safetensors': no such file"),
+    (["--lora", "{lora}:much"], "SCALE must be a number"),
+    (["--fuse-lora"], "fuse_lora merges the LoRAs given"),
+    (["--lora", "{model}/model_index.json"], "a LoRA is a .safetensors file"),
+])
+def test_bad_lora_input_is_one_line_before_any_model_loads(tiny_sd, lora, args, message, capsys):
+    args = [a.format(lora=lora, model=tiny_sd) for a in args]
+    assert main(["compare", "--model", tiny_sd, "--prompt", "x", "--steps", "2", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1, err
+
+
+def test_a_pipeline_without_lora_loading_refuses_it(lora, capsys):
+    assert main(["compare", "--steps", "2", "--lora", lora]) == 2  # the digits model: DDIMPipeline
+    assert "DDIMPipeline loads no LoRA" in capsys.readouterr().err

@@ -31,6 +31,7 @@ def import_frameworks(names: List[str]) -> None:
 
 
 def _settings(args, **override):
+    from .pipelines.lora import parse_lora
     from .pipelines.schedulers import parse_option
     from .pipelines.settings import Settings
 
@@ -42,6 +43,7 @@ def _settings(args, **override):
                   width=args.width)
     values.update(_family_settings(args), component_dtypes=_component_dtypes(args.component_dtype))
     values.update(variant=args.variant, config=args.config)  # the weights' form
+    values.update(loras=tuple(parse_lora(text) for text in args.lora or []), fuse_lora=args.fuse_lora)
     values.update(override)
     return Settings(**values)
 
@@ -436,6 +438,11 @@ def _add_settings(p: argparse.ArgumentParser) -> None:
                    help="--model is one file of every weight in the original layout (MODEL.safetensors, loaded by "
                         "from_single_file); FOLDER is a diffusers folder of the same architecture giving the configs "
                         "(offline)")
+    p.add_argument("--lora", action="append", metavar="FILE[:SCALE]",
+                   help="load this LoRA (repeatable; the adapter is named after the file) with each library's "
+                        "load_lora_weights, weighed by SCALE (default 1) through set_adapters")
+    p.add_argument("--fuse-lora", action="store_true",
+                   help="merge the LoRAs into the weights (fuse_lora, then unload_lora_weights)")
     p.add_argument("--pipeline", help=f"pipeline class ({', '.join(pipelines())}; default: the folder's "
                                       "model_index.json)")
     p.add_argument("--scheduler", help="scheduler class name (any case) or alias such as euler-a, dpm++-2m-sde; "

@@ -28,6 +28,7 @@ from ..pipelines.folder import ModelFolder, check_components, read_folder
 from ..pipelines.frameworks import (BFLOAT16_ON_CPU, DEFAULT_MINDSPORE_MODE, FRAMEWORKS, PYNATIVE_ABOVE_BYTES,
                                     check_framework, check_mindspore_mode, framework, large_model_pynative)
 from ..pipelines.inputs import read_input
+from ..pipelines.lora import adapter_name, check_lora_files
 from ..pipelines.quiet import silenced
 from ..pipelines.recipes import RECIPES, Recipe, recipe as recipe_named
 from ..pipelines.settings import Settings
@@ -92,6 +93,7 @@ class Plan:
         values.pop("model")
         values.pop("variant")  # weights, not the graph (the folder's digest covers a single file's configs)
         values.pop("config")
+        values["loras"] = [[adapter_name(path), scale] for path, scale in self.settings.loras]  # files: input_files
         values.update(self.input_files)
         return {"model": self.folder.digest, "pipeline": self.pipeline, "scheduler": self.scheduler.cls,
                 "settings": values}
@@ -163,6 +165,7 @@ def make_plan(settings: Settings, *, frameworks: Sequence[str] = FRAMEWORKS,
     _check_component_dtypes(settings, folder, recipe)
     input_files = {name: read_input(name, getattr(settings, name)).digest for name in settings.FILES
                    if getattr(settings, name) is not None}
+    input_files.update(_lora_files(settings, recipe, frameworks))
 
     library = framework(frameworks[0]).import_library()  # option keys are checked against the class
     scheduler = _scheduler_plan(settings, folder, recipe, library)
@@ -190,6 +193,31 @@ def make_plan(settings: Settings, *, frameworks: Sequence[str] = FRAMEWORKS,
                 devices=devices, tolerance=tolerance, mindspore_mode=mindspore_mode, lockstep=bool(lockstep),
                 layers=layers, noise_floor=bool(noise_floor), weights_check=bool(weights_check), denoiser_calls=calls, input_files=input_files,
                 mindspore_mode_reason=mode_reason, mindspore_mode_asked=asked_mode, tolerance_given=tolerance_given)
+
+
+def _lora_files(settings: Settings, recipe: Recipe, frameworks: Sequence[str]) -> Dict[str, str]:
+    """``lora NAME`` -> sha256 of its file, for each ``--lora`` (sides compare LoRAs by content);
+    UsageError where the pipeline loads no LoRA or diffusers lacks peft."""
+    if not settings.loras:
+        return {}
+    import hashlib
+    import importlib.util
+
+    check_lora_files(settings.loras)
+    with silenced():  # the first use of a pipeline class imports its module
+        takes = all(hasattr(getattr(framework(fw).import_library(), recipe.pipeline), "load_lora_weights")
+                    for fw in frameworks)
+    if not takes:
+        raise UsageError(f"--lora: {recipe.pipeline} loads no LoRA (it has no load_lora_weights); LoRAs load into "
+                         "the pipelines of Stable Diffusion, SDXL, SD3 and Flux")
+    if "torch" in frameworks and importlib.util.find_spec("peft") is None:
+        raise UsageError("--lora: diffusers loads LoRAs through the peft package, which is not installed here: "
+                         "pip install 'xrand[diffusers]' (or pip install peft)")
+    digests = {}
+    for path, _ in settings.loras:
+        with open(path, "rb") as f:
+            digests[f"lora {adapter_name(path)}"] = hashlib.file_digest(f, "sha256").hexdigest()
+    return digests
 
 
 def _check_single_file(settings: Settings, folder: ModelFolder, recipe: Recipe) -> None:
