@@ -191,7 +191,8 @@ def make_plan(settings: Settings, *, frameworks: Sequence[str] = FRAMEWORKS,
         mindspore_mode, mode_reason = "pynative", COMPONENT_DTYPES_PYNATIVE
     return Plan(settings=settings, folder=folder, recipe=recipe, scheduler=scheduler, frameworks=frameworks,
                 devices=devices, tolerance=tolerance, mindspore_mode=mindspore_mode, lockstep=bool(lockstep),
-                layers=layers, noise_floor=bool(noise_floor), weights_check=bool(weights_check), denoiser_calls=calls, input_files=input_files,
+                layers=layers, noise_floor=bool(noise_floor), weights_check=bool(weights_check), denoiser_calls=calls,
+                input_files=input_files,
                 mindspore_mode_reason=mode_reason, mindspore_mode_asked=asked_mode, tolerance_given=tolerance_given)
 
 

@@ -416,10 +416,11 @@ def trim_heap() -> None:
 
 # ----------------------------------------------------------------------------- the stages
 
-#: A model folder with more weights than this runs MindSpore's side in a process of its own when
-#: the comparison goes to a folder: MindSpore keeps memory after its pipeline is dropped (in graph
-#: mode, about half of what its side held); a process that ends gives all of it back. Smaller
-#: folders run it here (a new process costs seconds: importing MindSpore and mindone).
+#: A model folder with more weights than this runs MindSpore's side, and its weights' check, each
+#: in a process of its own when the comparison goes to a folder: MindSpore keeps memory after its
+#: pipeline is dropped (in graph mode, about half of what its side held); a process that ends gives
+#: all of it back. Smaller folders run them here (a new process costs seconds: importing MindSpore
+#: and mindone).
 OWN_PROCESS_BYTES = 1 << 30
 
 
@@ -450,9 +451,19 @@ def _mindspore_weights(plan: Plan, store: Store, pipes: Any) -> None:
 
         check_file(store.folder, TORCH_WEIGHTS, store.files("torch weights")[TORCH_WEIGHTS], "torch weights")
         kept = load_file(store.path(TORCH_WEIGHTS))
-    side = _weights("mindspore", plan, pipes, kept)
-    store.finish("mindspore weights", {"side": side.to_dict(), "comparison": compare_weights(torch_side, side.to_dict())},
+    if _own_process(plan, store, pipes):  # as MindSpore's side runs (OWN_PROCESS_BYTES)
+        pipes.release("torch")
+        side = weights_in_own_process(plan, "mindspore", kept, pipes.quiet)
+    else:
+        side = _weights("mindspore", plan, pipes, kept)
+    summary = side.to_dict()
+    store.finish("mindspore weights", {"side": summary, "comparison": compare_weights(torch_side, summary)},
                  seconds=side.seconds)
+
+
+def _own_process(plan: Plan, store: Store, pipes: Any) -> bool:
+    """Whether MindSpore's stages of this comparison run in a process of their own (OWN_PROCESS_BYTES)."""
+    return store.folder is not None and isinstance(pipes, Loading) and plan.folder.weights_bytes > OWN_PROCESS_BYTES
 
 
 def _torch(plan: Plan, store: Store, pipes: Any) -> None:
@@ -481,9 +492,8 @@ def _floor(plan: Plan, store: Store, pipes: Any) -> None:
 
 def _mindspore(plan: Plan, store: Store, pipes: Any) -> None:
     start = time.perf_counter()
-    if store.folder is not None and isinstance(pipes, Loading) and plan.folder.weights_bytes > OWN_PROCESS_BYTES:
+    if _own_process(plan, store, pipes):
         pipes.release("torch")
-        pipes.release("mindspore")  # loaded here for its weights' check
         side = side_in_own_process(plan, "mindspore", store.side_path("mindspore"), pipes.quiet)
         files = {"mindspore.safetensors": file_entry(store.side_path("mindspore"))}
     else:
@@ -508,18 +518,31 @@ def _lockstep(plan: Plan, store: Store, pipes: Any) -> None:
 
 
 RUNS: Dict[str, Callable[[Plan, Store, Any], None]] = {
-    "torch weights": _torch_weights, "mindspore weights": _mindspore_weights, "torch": _torch, "torch layers": _torch_layers, "floor": _floor, "mindspore": _mindspore,
+    "torch weights": _torch_weights, "mindspore weights": _mindspore_weights, "torch": _torch,
+    "torch layers": _torch_layers, "floor": _floor, "mindspore": _mindspore,
     "mindspore layers": _mindspore_layers, "lockstep": _lockstep}
 
 
 def side_in_own_process(plan: Plan, framework: str, path: str, quiet: bool = True) -> Side:
     """Run one side in a new process that writes its side file to ``path`` and ends; return the
     side read back. Its errors come back as they were raised (a ``UsageError`` stays one)."""
+    _in_own_process(_side_work, (plan, framework, path, quiet), f"the {framework} side")
+    return load_side(path)
+
+
+def weights_in_own_process(plan: Plan, framework: str, against: Mapping[str, Any], quiet: bool = True) -> SideWeights:
+    """A side's loaded weights checked in a new process (what :data:`OWN_PROCESS_BYTES` is for)."""
+    data = _in_own_process(_weights_work, (plan, framework, against, quiet), f"the {framework} weights' check")
+    return SideWeights(data["framework"], data["tensors"], data["seconds"])
+
+
+def _in_own_process(work: Callable[..., Any], args: Tuple[Any, ...], what: str) -> Any:
+    """``work(*args)`` in a new process that ends after it; what it returned (small: it is pickled)."""
     import multiprocessing
 
     context = multiprocessing.get_context("spawn")
     receive, send = context.Pipe(duplex=False)
-    process = context.Process(target=_side_process, args=(plan, framework, path, quiet, send))
+    process = context.Process(target=_child, args=(work, args, send))
     process.start()
     send.close()
     try:
@@ -527,27 +550,34 @@ def side_in_own_process(plan: Plan, framework: str, path: str, quiet: bool = Tru
     except EOFError:  # it ended without a word: killed
         outcome = None
     process.join()
-    if outcome == "done" and process.exitcode == 0:
-        return load_side(path)
+    if isinstance(outcome, tuple) and outcome[0] == "done" and process.exitcode == 0:
+        return outcome[1]
     if isinstance(outcome, tuple) and outcome[0] == "UsageError":
         raise UsageError(outcome[1])
     if isinstance(outcome, tuple):
-        raise RuntimeError(f"the {framework} side failed in its process: {outcome[0]}: {outcome[1]}")
+        raise RuntimeError(f"{what} failed in its process: {outcome[0]}: {outcome[1]}")
     code = process.exitcode
     how = f"was killed by signal {-code}" if code is not None and code < 0 else f"ended with exit code {code}"
-    raise RuntimeError(f"the {framework} side's process {how}" + (" (the out-of-memory killer sends signal 9)"
-                                                                 if code == -9 else ""))
+    raise RuntimeError(f"{what}'s process {how}" + (" (the out-of-memory killer sends signal 9)" if code == -9 else ""))
 
 
-def _side_process(plan: Plan, framework: str, path: str, quiet: bool, send: Any) -> None:
+def _child(work: Callable[..., Any], args: Tuple[Any, ...], send: Any) -> None:
     try:
         with patched():
-            side = fingerprinted(run(load(plan, framework, quiet), plan))
-        save_side(side, path)
+            result = work(*args)
     except Exception as exc:
         send.send((type(exc).__name__, str(exc)))
         return
-    send.send("done")
+    send.send(("done", result))
+
+
+def _side_work(plan: Plan, framework: str, path: str, quiet: bool) -> None:
+    save_side(fingerprinted(run(load(plan, framework, quiet), plan)), path)
+
+
+def _weights_work(plan: Plan, framework: str, against: Mapping[str, Any], quiet: bool) -> Dict[str, Any]:
+    loaded = load(plan, framework, quiet)
+    return side_weights(loaded.fw, loaded.pipe, plan.folder, model_components(plan.folder), against).to_dict()
 
 
 # ----------------------------------------------------------------------------- the runner
@@ -633,4 +663,5 @@ def run_stages(store: Store, pipes: Any, frameworks: Sequence[str] = ("torch", "
 
 
 __all__ = ["Asks", "Held", "Loading", "MANIFEST", "OWN_PROCESS_BYTES", "Outcome", "STAGES", "Stage", "Store",
-           "comparison_of", "plan_from_manifest", "read_manifest", "run_stages", "side_in_own_process"]
+           "comparison_of", "plan_from_manifest", "read_manifest", "run_stages", "side_in_own_process",
+           "weights_in_own_process"]

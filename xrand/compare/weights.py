@@ -36,8 +36,9 @@ NAMED = 3
 @dataclass
 class SideWeights:
     """One side's summary: component -> tensor name (torch's) -> ``shape``, ``dtype``,
-    ``sha256`` and ``file_max_abs`` (None: no file tensor of that name, e.g. a single file's
-    other layout); ``kept``: name -> values where torch's tensor is not the file's."""
+    ``file_max_abs`` (None: no file tensor of that name, e.g. a single file's other layout) and,
+    where that is not 0, ``sha256`` and ``scale`` (the largest |value|); ``kept``: name ->
+    values where torch's tensor is not the file's."""
 
     framework: str
     tensors: Dict[str, Dict[str, Dict[str, Any]]]
@@ -89,35 +90,44 @@ def side_weights(fw: Any, pipe: Any, folder: Any, components: Mapping[str, str],
             reference = against.get(key) if against else None
             if reference is None and (component, name) in files:
                 reference = rounded(read_tensor(*files[component, name]), dtype)
-            entry = {"shape": list(values.shape), "dtype": dtype, "sha256": digest(values), "file_max_abs": None,
-                     "scale": float(np.max(np.abs(values))) if values.size else 0.0}
+            entry = {"shape": list(values.shape), "dtype": dtype, "sha256": None, "file_max_abs": None, "scale": None}
             if reference is not None and reference.shape == values.shape:
-                entry["file_max_abs"] = float(np.max(np.abs(values.astype(np.float64) - reference))) \
-                    if values.size else 0.0
+                entry["file_max_abs"] = max_abs_difference(values, reference)
                 if against is not None and key in against:
                     entry["against"] = "torch"  # measured against torch's kept values, not the file
-            if fw.name == "torch" and entry["file_max_abs"] is not None and entry["file_max_abs"] > 0:
+            if entry["file_max_abs"] != 0.0:  # the file's values need neither (the common case: one pass)
+                entry.update(sha256=digest(values), scale=float(np.max(np.abs(values))) if values.size else 0.0)
+            if fw.name == "torch" and entry["file_max_abs"]:
                 kept[key] = np.array(values)
             found[name] = entry
     return SideWeights(fw.name, tensors, time.perf_counter() - start, kept)
 
 
+def max_abs_difference(values: np.ndarray, reference: np.ndarray) -> float:
+    """The largest |values - reference| (0 for the same values, found in one pass without copies)."""
+    if values.size == 0 or np.array_equal(values, reference):
+        return 0.0
+    return float(np.max(np.abs(values.astype(np.float64) - reference)))
+
+
 def digest(values: np.ndarray) -> str:
     """sha256 of the values widened to float32 (float64 kept): the same on both sides for the same values."""
     wide = values if values.dtype == np.float64 else values.astype(np.float32, copy=False)
-    return hashlib.sha256(np.ascontiguousarray(wide).tobytes()).hexdigest()
+    return hashlib.sha256(memoryview(np.ascontiguousarray(wide)).cast("B")).hexdigest()
 
 
 def rounded(values: np.ndarray, dtype: str) -> np.ndarray:
-    """A file's values (float64) cast to ``dtype`` as both libraries cast (round to nearest even)."""
+    """A file's values cast to ``dtype`` as both libraries cast (round to nearest even), held as
+    float32 as the loaded values are (float64 for a float64 load)."""
+    if dtype == "float64":
+        return values.astype(np.float64, copy=False)
+    values = values.astype(np.float32, copy=False)
     if dtype == "float16":
-        return values.astype(np.float16).astype(np.float64)
+        return values.astype(np.float16).astype(np.float32)
     if dtype == "bfloat16":
-        bits = values.astype(np.float32).view(np.uint32)
+        bits = values.view(np.uint32)
         bits = (bits + (0x7FFF + ((bits >> 16) & 1))) & np.uint32(0xFFFF0000)
-        return bits.view(np.float32).astype(np.float64)
-    if dtype == "float32":
-        return values.astype(np.float32).astype(np.float64)
+        return bits.view(np.float32)
     return values
 
 
@@ -137,15 +147,17 @@ def file_index(folder: Any) -> Dict[Tuple[str, str], Tuple[str, Mapping[str, Any
 
 
 def read_tensor(path: str, entry: Mapping[str, Any], offset: int) -> np.ndarray:
-    """One tensor of a safetensors file as float64, without torch or MindSpore."""
+    """One tensor of a safetensors file, mapped from the file (bfloat16 widened to float32), without
+    torch or MindSpore."""
     start, end = entry["data_offsets"]
     kind = _FILE_DTYPES.get(entry["dtype"])
     if kind is None:
         raise ValueError(f"{path}: a weight of dtype {entry['dtype']} (xrand reads {', '.join(_FILE_DTYPES)})")
-    values = np.memmap(path, dtype=kind, mode="r", offset=offset + start, shape=((end - start) // np.dtype(kind).itemsize,))
+    count = (end - start) // np.dtype(kind).itemsize
+    values = np.memmap(path, dtype=kind, mode="r", offset=offset + start, shape=(count,))
     if entry["dtype"] == "BF16":
         values = (values.astype(np.uint32) << 16).view(np.float32)
-    return values.astype(np.float64).reshape(entry["shape"])
+    return values.reshape(entry["shape"])
 
 
 def compare_weights(a: Mapping[str, Any], b: Mapping[str, Any]) -> Dict[str, Any]:
@@ -167,14 +179,15 @@ def compare_weights(a: Mapping[str, Any], b: Mapping[str, Any]) -> Dict[str, Any
                 problems.append(f"{component}/{name} only on {only}")
                 rows.append(row)
                 continue
-            row.update(shape=x["shape"], dtype=x["dtype"] if x["dtype"] == y["dtype"] else f"{x['dtype']} vs {y['dtype']}")
+            same = x["dtype"] == y["dtype"]
+            row.update(shape=x["shape"], dtype=x["dtype"] if same else f"{x['dtype']} vs {y['dtype']}")
             if x["shape"] != y["shape"]:
                 row["problem"] = f"shape {x['shape']} vs {y['shape']}"
             elif x["dtype"] != y["dtype"]:
                 row["problem"] = f"dtype {x['dtype']} vs {y['dtype']}"
             else:
                 row.update(_difference(x, y))
-                limit = EPS.get(x["dtype"], 0.0) * max(x["scale"], y["scale"])
+                limit = EPS.get(x["dtype"], 0.0) * max(x["scale"] or 0.0, y["scale"] or 0.0)
                 row["limit"] = limit
                 if row["max_abs"] is None:
                     row["problem"] = "values differ (sha256); no file tensor of this name to measure them by"
@@ -189,7 +202,8 @@ def compare_weights(a: Mapping[str, Any], b: Mapping[str, Any]) -> Dict[str, Any
 
 
 def _difference(x: Mapping[str, Any], y: Mapping[str, Any]) -> Dict[str, Any]:
-    """The largest |difference| between two sides' tensor: 0 for the same sha256; exact where one
+    """The largest |difference| between two sides' tensor: 0 for the same sha256 (None: the file's
+    values, not hashed); exact where one
     side's difference was measured against the other's values (the file's, or torch's kept ones);
     else a bound, the two differences from the file added."""
     if x["sha256"] == y["sha256"]:

@@ -97,10 +97,11 @@ def save_lora(folder: PathLike, path: PathLike, rank: int = 4, seed: int = 0, sc
             module = name[:-len(".weight")]
             if name.endswith(".weight") and len(shape) == 2 and module.endswith(LORA_TARGETS) and ".attn" in module:
                 out_features, in_features = shape
-                state[f"unet.{module}.lora_A.weight"] = (rng.standard_normal((rank, in_features)) * scale).astype(np.float32)
-                state[f"unet.{module}.lora_B.weight"] = (rng.standard_normal((out_features, rank)) * scale).astype(np.float32)
+                for part, shape in (("lora_A", (rank, in_features)), ("lora_B", (out_features, rank))):
+                    state[f"unet.{module}.{part}.weight"] = (rng.standard_normal(shape) * scale).astype(np.float32)
     if not state:
-        raise UsageError(f"{str(folder)!r}: its unet/ has no attention projections ({', '.join(LORA_TARGETS)}) to adapt")
+        raise UsageError(f"{str(folder)!r}: its unet/ has no attention projections ({', '.join(LORA_TARGETS)}) "
+                         "to adapt")
     save_file(state, str(path), metadata={"format": "pt"})
     return path
 
