@@ -249,7 +249,7 @@ def test_a_compare_killed_during_the_floor_keeps_both_sides_and_the_rerun_runs_o
     # torch's side not again: the floor on torch, then MindSpore's side
     assert calls == [("load", "torch"), ("pipeline_floor", "torch"), ("load", "mindspore"), ("run", "mindspore")]
     report = json.load(open(os.path.join(out, "report.json")))
-    assert report["stages"]["done"] == ["torch", "floor", "mindspore"] and report["stages"]["missing"] == []
+    assert report["stages"]["done"] == ["torch weights", "torch", "floor", "mindspore weights", "mindspore"] and report["stages"]["missing"] == []
     assert report["noise_floor"]["rel_l2"] > 0
 
     # killed in MindSpore's side: the report of what exists says what is missing; the rerun runs only it
@@ -268,10 +268,11 @@ def test_a_compare_killed_during_the_floor_keeps_both_sides_and_the_rerun_runs_o
         main([*command, "--no-noise-floor"])
     monkeypatch.undo()
     first = json.load(open(os.path.join(out, "manifest.json")))["stages"]
-    assert list(first) == ["torch"]
+    assert list(first) == ["torch weights", "torch", "mindspore weights"]
     assert main([*command, "--no-noise-floor"]) == 0
     again = json.load(open(os.path.join(out, "manifest.json")))["stages"]
-    assert again["torch"] == first["torch"] and list(again) == ["torch", "mindspore"]
+    assert again["torch"] == first["torch"] and list(again) == ["torch weights", "torch", "mindspore weights",
+                                                               "mindspore"]
 
 
 def test_a_large_models_mindspore_side_runs_in_a_process_of_its_own_with_the_same_result(
@@ -293,7 +294,8 @@ def test_a_large_models_mindspore_side_runs_in_a_process_of_its_own_with_the_sam
     assert children == ["mindspore"]
     here, child = (json.load(open(tmp_path / name / "report.json")) for name in ("here", "child"))
     assert child["final"] == here["final"] and child["noise_floor"] == here["noise_floor"]
-    assert child["stages"]["done"] == ["torch", "floor", "mindspore", "lockstep"] and not child["stages"]["missing"]
+    assert child["stages"]["done"] == ["torch weights", "torch", "floor", "mindspore weights", "mindspore",
+                                       "lockstep"] and not child["stages"]["missing"]
     assert [s["local"] for s in child["steps"]] == [s["local"] for s in here["steps"]]
 
     # the weights gone after planning: the load fails in the child, and its usage error comes back

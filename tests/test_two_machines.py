@@ -74,6 +74,8 @@ def test_a_comparison_split_across_a_torch_and_a_mindspore_machine_gives_the_one
     assert numbers(report(there)) == numbers(report(one))
     split = report(there)
     assert split["stages"]["missing"] == []
+    # each side checked its loaded weights against its copy of the files; the summaries met in the folder
+    assert split["weights"]["passed"] and split["weights"]["rows"] == report(one)["weights"]["rows"]
     if "--layers" in settings:
         assert split["layers"]["modules"] and split["stages"]["bytes"]["torch layers"] > 0
 

@@ -56,7 +56,8 @@ def _plan(args, frameworks=("torch", "mindspore"), layers=None, noise_floor=None
     with interrupts_deferred():  # planning imports the libraries (see import_frameworks)
         return make_plan(_settings(args, **override), frameworks=frameworks, devices=_devices(args.device),
                          tolerance=getattr(args, "tolerance", None), mindspore_mode=args.mindspore_mode,
-                         lockstep=getattr(args, "lockstep", False), layers=layers, noise_floor=noise_floor)
+                         lockstep=getattr(args, "lockstep", False), layers=layers, noise_floor=noise_floor,
+                         weights_check=not getattr(args, "no_weights_check", False))
 
 
 def _devices(pairs: List[str]) -> Dict[str, str]:
@@ -158,7 +159,7 @@ def _compare_in_stages(args, out_dir: str) -> int:
         floor = not args.no_noise_floor and args.noise != "native"
         plan = _plan(args, frameworks=frameworks, layers=_layer_options(args),
                      noise_floor=floor and "torch" in frameworks)
-        store = Store(plan, Asks(plan.lockstep, plan.layers, floor), out_dir)
+        store = Store(plan, Asks(plan.lockstep, plan.layers, floor, plan.weights_check), out_dir)
     # report.json's "reproduce", every path absolute (from a folder's manifest alone: what it says)
     reproduce = plan_command(store.plan, noise_floor=store.asks.noise_floor) if store.plan is not None else None
 
@@ -430,6 +431,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lockstep", action="store_true", help="also run MindSpore fed torch's denoiser inputs and sample at every step (local error per step)")
     p.add_argument("--no-noise-floor", action="store_true",
                    help="skip measuring torch's own floor (the torch pipeline again in float64)")
+    p.add_argument("--no-weights-check", action="store_true",
+                   help="skip checking, before any step, each component's loaded weights on both sides against "
+                        "the weight files and each other (name, shape, dtype, largest |difference|)")
     p.add_argument("--layers", action="store_true",
                    help="compare every submodule of the denoiser at one step and name the first that parts them")
     p.add_argument("--layers-step", type=int, metavar="K", help="the step --layers looks at (default 0)")

@@ -28,6 +28,7 @@ from ..pipelines.folder import ModelFolder, check_components, read_folder
 from ..pipelines.frameworks import (BFLOAT16_ON_CPU, DEFAULT_MINDSPORE_MODE, FRAMEWORKS, PYNATIVE_ABOVE_BYTES,
                                     check_framework, check_mindspore_mode, framework, large_model_pynative)
 from ..pipelines.inputs import read_input
+from ..pipelines.lora import adapter_name, check_lora_files
 from ..pipelines.quiet import silenced
 from ..pipelines.recipes import RECIPES, Recipe, recipe as recipe_named
 from ..pipelines.settings import Settings
@@ -67,6 +68,7 @@ class Plan:
     lockstep: bool = False
     layers: Optional[Any] = None  # a layers.LayerOptions, checked against the schedule
     noise_floor: bool = False
+    weights_check: bool = True  # each side's loaded weights against the files, then against each other
     denoiser_calls: Optional[int] = None  # how many denoiser calls a run makes (known with layers)
     input_files: Mapping[str, str] = field(default_factory=dict)  # input -> sha256 of its file
     mindspore_mode_reason: Optional[str] = None  # why MindSpore runs PyNative where graph mode was asked or the default
@@ -91,6 +93,7 @@ class Plan:
         values.pop("model")
         values.pop("variant")  # weights, not the graph (the folder's digest covers a single file's configs)
         values.pop("config")
+        values["loras"] = [[adapter_name(path), scale] for path, scale in self.settings.loras]  # files: input_files
         values.update(self.input_files)
         return {"model": self.folder.digest, "pipeline": self.pipeline, "scheduler": self.scheduler.cls,
                 "settings": values}
@@ -110,7 +113,8 @@ class Plan:
         return make_plan(replace(self.settings, **changes), frameworks=self.frameworks, devices=self.devices,
                          tolerance=self.tolerance if self.tolerance_given else None,
                          mindspore_mode=self.mindspore_mode_asked,
-                         lockstep=self.lockstep, layers=self.layers, noise_floor=self.noise_floor, folder=self.folder)
+                         lockstep=self.lockstep, layers=self.layers, noise_floor=self.noise_floor, folder=self.folder,
+                         weights_check=self.weights_check)
 
 
 def check_tolerance(tolerance: Any) -> float:
@@ -123,13 +127,14 @@ def check_tolerance(tolerance: Any) -> float:
 def make_plan(settings: Settings, *, frameworks: Sequence[str] = FRAMEWORKS,
               devices: Optional[Mapping[str, Optional[str]]] = None, tolerance: Optional[float] = None,
               mindspore_mode: Optional[str] = None, lockstep: bool = False, layers: Optional[Any] = None,
-              noise_floor: bool = False, folder: Optional[ModelFolder] = None) -> Plan:
+              noise_floor: bool = False, folder: Optional[ModelFolder] = None, weights_check: bool = True) -> Plan:
     """Resolve and check everything about a comparison (see the module); ``UsageError`` naming
     the first thing that cannot run. ``frameworks``: the sides it runs (both for a comparison,
     one for ``xrand run``); ``devices``: framework -> device (torch: ``"cuda:0"``; MindSpore: a
     device target); ``mindspore_mode``: ``"graph"`` or ``"pynative"``, None for graph mode but
     PyNative on a CPU for a folder of more than 1 GiB of weights; ``folder``: the model folder
-    when already read (a cell of a sweep)."""
+    when already read (a cell of a sweep); ``weights_check``: False skips the check of the loaded
+    weights (:mod:`.weights`)."""
     if not isinstance(settings, Settings):
         raise UsageTypeError(f"make_plan takes Settings, got {settings!r}")
     frameworks = tuple(check_framework(name) for name in frameworks)
@@ -160,6 +165,7 @@ def make_plan(settings: Settings, *, frameworks: Sequence[str] = FRAMEWORKS,
     _check_component_dtypes(settings, folder, recipe)
     input_files = {name: read_input(name, getattr(settings, name)).digest for name in settings.FILES
                    if getattr(settings, name) is not None}
+    input_files.update(_lora_files(settings, recipe, frameworks))
 
     library = framework(frameworks[0]).import_library()  # option keys are checked against the class
     scheduler = _scheduler_plan(settings, folder, recipe, library)
@@ -185,8 +191,34 @@ def make_plan(settings: Settings, *, frameworks: Sequence[str] = FRAMEWORKS,
         mindspore_mode, mode_reason = "pynative", COMPONENT_DTYPES_PYNATIVE
     return Plan(settings=settings, folder=folder, recipe=recipe, scheduler=scheduler, frameworks=frameworks,
                 devices=devices, tolerance=tolerance, mindspore_mode=mindspore_mode, lockstep=bool(lockstep),
-                layers=layers, noise_floor=bool(noise_floor), denoiser_calls=calls, input_files=input_files,
+                layers=layers, noise_floor=bool(noise_floor), weights_check=bool(weights_check), denoiser_calls=calls,
+                input_files=input_files,
                 mindspore_mode_reason=mode_reason, mindspore_mode_asked=asked_mode, tolerance_given=tolerance_given)
+
+
+def _lora_files(settings: Settings, recipe: Recipe, frameworks: Sequence[str]) -> Dict[str, str]:
+    """``lora NAME`` -> sha256 of its file, for each ``--lora`` (sides compare LoRAs by content);
+    UsageError where the pipeline loads no LoRA or diffusers lacks peft."""
+    if not settings.loras:
+        return {}
+    import hashlib
+    import importlib.util
+
+    check_lora_files(settings.loras)
+    with silenced():  # the first use of a pipeline class imports its module
+        takes = all(hasattr(getattr(framework(fw).import_library(), recipe.pipeline), "load_lora_weights")
+                    for fw in frameworks)
+    if not takes:
+        raise UsageError(f"--lora: {recipe.pipeline} loads no LoRA (it has no load_lora_weights); LoRAs load into "
+                         "the pipelines of Stable Diffusion, SDXL, SD3 and Flux")
+    if "torch" in frameworks and importlib.util.find_spec("peft") is None:
+        raise UsageError("--lora: diffusers loads LoRAs through the peft package, which is not installed here: "
+                         "pip install 'xrand[diffusers]' (or pip install peft)")
+    digests = {}
+    for path, _ in settings.loras:
+        with open(path, "rb") as f:
+            digests[f"lora {adapter_name(path)}"] = hashlib.file_digest(f, "sha256").hexdigest()
+    return digests
 
 
 def _check_single_file(settings: Settings, folder: ModelFolder, recipe: Recipe) -> None:

@@ -13,6 +13,7 @@ from .known import known_causes
 from .metrics import metrics
 from .plan import DEFAULT_TOLERANCE, check_tolerance
 from .sides import Side
+from .weights import verdict_text as weights_verdict
 
 
 @dataclass
@@ -36,10 +37,12 @@ class Comparison:
     # the second side's timesteps where the two libraries' schedulers gave other ones for the same config
     timesteps_b: Optional[List[float]] = None
     stages: Optional[Dict[str, Any]] = None  # {"done", "missing", "bytes"} of a run into a comparison folder (.stages)
+    weights: Optional[Dict[str, Any]] = None  # the loaded weights matched (weights.compare_weights)
 
     @property
     def passed(self) -> bool:
-        return self.final["rel_l2"] <= self.tolerance and self.timesteps_b is None
+        return self.final["rel_l2"] <= self.tolerance and self.timesteps_b is None and \
+            (self.weights is None or self.weights["passed"])
 
     def verdict(self) -> str:
         a, b = self.frameworks
@@ -54,6 +57,8 @@ class Comparison:
         if self.timesteps_b is not None:
             line += (f"; the schedulers' timesteps differ ({a} {_short(self.timesteps)} vs {b} "
                      f"{_short(self.timesteps_b)}): the two libraries schedule this config differently")
+        if self.weights is not None and not self.weights["passed"]:
+            line += "; " + weights_verdict(self.weights)
         if self.stages and self.stages["missing"]:
             line += f" (still missing: {', '.join(self.stages['missing'])})"
         return line

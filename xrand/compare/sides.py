@@ -23,6 +23,7 @@ from ..pipelines import schedulers
 from ..pipelines.brownian import use_xrand_brownian
 from ..pipelines.components import component_dtypes, model_components, use_component_dtypes
 from ..pipelines.frameworks import Framework, framework
+from ..pipelines.lora import use_loras
 from ..pipelines.loop import denoising_loop
 from ..pipelines.settings import Settings
 from .boundary import Boundary, Recording
@@ -69,6 +70,8 @@ class Loaded:
     dtype: str
     device: Optional[str]  # torch device, or MindSpore device target (None: the context's)
     component_dtypes: Dict[str, str] = field(default_factory=dict)  # components in a dtype of their own
+    loras: Any = ()  # the LoRAs loaded into it (Settings.loras) and whether fused
+    weights: Optional[Any] = None  # its weights.SideWeights, once checked (they do not change between runs)
 
     @property
     def framework(self) -> str:
@@ -82,10 +85,16 @@ def load(plan: Plan, framework_name: str, quiet: bool = True) -> Loaded:
     pipe = plan.recipe.load(fw, plan.folder, plan.settings.dtype, device)
     if plan.settings.component_dtypes:
         use_component_dtypes(fw, pipe, plan.folder, plan.settings.component_dtypes, device)
+    if plan.settings.loras:
+        use_loras(pipe, plan.settings.loras, plan.settings.fuse_lora)
     if hasattr(pipe, "set_progress_bar_config"):  # a library pipeline (a recipe may load its own kind)
         pipe.set_progress_bar_config(disable=quiet, desc=fw.name)
     return Loaded(fw, pipe, plan.pipeline, plan.folder.path, plan.settings.dtype, device,
-                  dict(plan.settings.component_dtypes))
+                  dict(plan.settings.component_dtypes), _loras(plan.settings))
+
+
+def _loras(settings: Settings) -> Any:
+    return (settings.loras, settings.fuse_lora) if settings.loras else ()
 
 
 class CountingGenerator(Generator):
@@ -121,8 +130,8 @@ def run(loaded: Loaded, plan: Plan, *, generator: Optional[CountingGenerator] = 
     the local error per step in ``side.local_steps``.
     """
     settings = plan.settings
-    if (plan.folder.path, settings.dtype, plan.pipeline, settings.component_dtypes) != (
-            loaded.model, loaded.dtype, loaded.pipeline, loaded.component_dtypes):
+    if (plan.folder.path, settings.dtype, plan.pipeline, settings.component_dtypes, _loras(settings)) != (
+            loaded.model, loaded.dtype, loaded.pipeline, loaded.component_dtypes, loaded.loras):
         def dtypes(dtype: str, components: Dict[str, str]) -> str:
             return dtype + "".join(f" {name}={d}" for name, d in components.items())
 

@@ -3,11 +3,16 @@
 A comparison is a list of stages, always run in this order (the ones the plan asks for):
 
     stage             runs on    needs           leaves
+    torch weights     torch      -               torch's loaded weights against the files: per
+                                                 tensor its shape, dtype, sha256 and largest
+                                                 |difference|; its values where not the files'
     torch             torch      -               torch's side; its recorded denoiser calls and
                                                  steps (lockstep) and the call at the layers step
     torch layers      torch      torch           every module's input and output at that call,
                                                  and torch's own float64 error per module
     floor             torch      torch           torch's float64 run against its side
+    mindspore weights mindspore  torch weights   the same of MindSpore's, and the two matched
+                                                 (:mod:`.weights`): a FAIL before any step
     mindspore         mindspore  -               MindSpore's side
     mindspore layers  mindspore  torch layers    the layers report
     lockstep          mindspore  torch           the local error per step
@@ -25,12 +30,15 @@ from __future__ import annotations
 import gc
 import os
 import time
+
+import numpy as np
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..checks import UsageError
 from ..files import json_safe, write_json
 from ..patch import patched
+from ..pipelines.components import model_components
 from ..pipelines.folder import component_digests
 from ..pipelines.settings import Settings
 from .boundary import Recording
@@ -42,8 +50,10 @@ from .records import RecordReader, RecordWriter, check_file, file_entry
 from .result import Comparison, compare_sides
 from .sidefile import load_side, save_side
 from .sides import Everything, Loaded, Side, fingerprinted, load, run
+from .weights import SideWeights, compare_weights, side_weights
 
 MANIFEST = "manifest.json"
+TORCH_WEIGHTS = "torch-weights.safetensors"  # torch's loaded values where they are not the files'
 MANIFEST_VERSION = 1
 
 
@@ -54,28 +64,32 @@ class Stage:
     needs: Tuple[str, ...]  # stages whose outputs it reads
 
 
-STAGES = (Stage("torch", "torch", ()), Stage("torch layers", "torch", ("torch",)), Stage("floor", "torch", ("torch",)),
-          Stage("mindspore", "mindspore", ()), Stage("mindspore layers", "mindspore", ("torch layers",)),
-          Stage("lockstep", "mindspore", ("torch",)))
+STAGES = (Stage("torch weights", "torch", ()), Stage("torch", "torch", ()),
+          Stage("torch layers", "torch", ("torch",)), Stage("floor", "torch", ("torch",)),
+          Stage("mindspore weights", "mindspore", ("torch weights",)), Stage("mindspore", "mindspore", ()),
+          Stage("mindspore layers", "mindspore", ("torch layers",)), Stage("lockstep", "mindspore", ("torch",)))
 BY_NAME = {s.name: s for s in STAGES}
 
 
 @dataclass(frozen=True)
 class Asks:
-    """What a comparison asks for beyond both sides: lockstep, layers (a LayerOptions), the floor."""
+    """What a comparison asks for beyond both sides: lockstep, layers (a LayerOptions), the floor,
+    the check of the loaded weights."""
 
     lockstep: bool = False
     layers: Optional[LayerOptions] = None
     noise_floor: bool = False
+    weights: bool = True
 
     @classmethod
     def of(cls, plan: Plan) -> "Asks":
-        return cls(plan.lockstep, plan.layers, plan.noise_floor)
+        return cls(plan.lockstep, plan.layers, plan.noise_floor, plan.weights_check)
 
     def stages(self) -> List[str]:
         """The stages these asks need, in the order they run."""
         asked = {"torch layers": self.layers is not None, "floor": self.noise_floor,
-                 "mindspore layers": self.layers is not None, "lockstep": self.lockstep}
+                 "mindspore layers": self.layers is not None, "lockstep": self.lockstep,
+                 "torch weights": self.weights, "mindspore weights": self.weights}
         return [s.name for s in STAGES if asked.get(s.name, True)]
 
     def key(self, stage: str) -> Dict[str, Any]:
@@ -92,14 +106,14 @@ class Asks:
         return {}
 
     def to_dict(self) -> Dict[str, Any]:
-        return json_safe({"lockstep": self.lockstep, "noise_floor": self.noise_floor,
+        return json_safe({"lockstep": self.lockstep, "noise_floor": self.noise_floor, "weights": self.weights,
                           "layers": None if self.layers is None else asdict(self.layers)})
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Asks":
         layers = data.get("layers")
         return cls(bool(data["lockstep"]), None if layers is None else LayerOptions(**layers).check(),
-                   bool(data["noise_floor"]))
+                   bool(data["noise_floor"]), bool(data.get("weights", False)))  # False: a folder from before the check
 
 
 def _covers(done: Mapping[str, Any], wanted: Mapping[str, Any], stage: str) -> bool:
@@ -148,7 +162,8 @@ def plan_from_manifest(manifest: Mapping[str, Any], frameworks: Sequence[str], m
     asks = Asks.from_dict(manifest["asks"])
     return make_plan(settings, frameworks=frameworks, devices=devices, tolerance=saved["tolerance"],
                      mindspore_mode=mindspore_mode or saved["mindspore_mode"], lockstep=asks.lockstep,
-                     layers=asks.layers, noise_floor=asks.noise_floor and "torch" in frameworks)
+                     layers=asks.layers, noise_floor=asks.noise_floor and "torch" in frameworks,
+                     weights_check=asks.weights)
 
 
 def read_manifest(out_dir: str) -> Optional[Dict[str, Any]]:
@@ -257,6 +272,9 @@ class Store:
                 for name, entry in self.manifest["stages"].items()}
 
     # -- outputs
+    def path(self, name: str) -> str:
+        return os.path.join(self.folder, name)
+
     def side_path(self, framework: str) -> str:
         return os.path.join(self.folder, f"{framework}.safetensors")
 
@@ -387,11 +405,54 @@ def trim_heap() -> None:
 
 # ----------------------------------------------------------------------------- the stages
 
-#: A model folder with more weights than this runs MindSpore's side in a process of its own when
-#: the comparison goes to a folder: MindSpore keeps memory after its pipeline is dropped (in graph
-#: mode, about half of what its side held); a process that ends gives all of it back. Smaller
-#: folders run it here (a new process costs seconds: importing MindSpore and mindone).
+#: A model folder with more weights than this runs MindSpore's side, and its weights' check, each
+#: in a process of its own when the comparison goes to a folder: MindSpore keeps memory after its
+#: pipeline is dropped (in graph mode, about half of what its side held); a process that ends gives
+#: all of it back. Smaller folders run them here (a new process costs seconds: importing MindSpore
+#: and mindone).
 OWN_PROCESS_BYTES = 1 << 30
+
+
+def _weights(framework: str, plan: Plan, pipes: Any, against: Optional[Mapping[str, Any]] = None) -> SideWeights:
+    """A side's loaded weights against the files (:func:`.weights.side_weights`), once per loaded pipeline."""
+    loaded = pipes.get(framework)
+    if loaded.weights is None:
+        loaded.weights = side_weights(loaded.fw, loaded.pipe, plan.folder, model_components(plan.folder), against)
+    return loaded.weights
+
+
+def _torch_weights(plan: Plan, store: Store, pipes: Any) -> None:
+    side = _weights("torch", plan, pipes)
+    files = {}
+    if store.folder is not None and side.kept:  # torch's values where they are not the files' (LoRA fused)
+        from safetensors.numpy import save_file
+
+        save_file({k: np.ascontiguousarray(v) for k, v in side.kept.items()}, store.path(TORCH_WEIGHTS))
+        files[TORCH_WEIGHTS] = file_entry(store.path(TORCH_WEIGHTS))
+    store.finish("torch weights", side.to_dict(), files, held=side, seconds=side.seconds)
+
+
+def _mindspore_weights(plan: Plan, store: Store, pipes: Any) -> None:
+    torch_side = store.result("torch weights")
+    kept = store.held["torch weights"].kept if "torch weights" in store.held else {}
+    if torch_side["kept"] and not kept:
+        from safetensors.numpy import load_file
+
+        check_file(store.folder, TORCH_WEIGHTS, store.files("torch weights")[TORCH_WEIGHTS], "torch weights")
+        kept = load_file(store.path(TORCH_WEIGHTS))
+    if _own_process(plan, store, pipes):  # as MindSpore's side runs (OWN_PROCESS_BYTES)
+        pipes.release("torch")
+        side = weights_in_own_process(plan, "mindspore", kept, pipes.quiet)
+    else:
+        side = _weights("mindspore", plan, pipes, kept)
+    summary = side.to_dict()
+    store.finish("mindspore weights", {"side": summary, "comparison": compare_weights(torch_side, summary)},
+                 seconds=side.seconds)
+
+
+def _own_process(plan: Plan, store: Store, pipes: Any) -> bool:
+    """Whether MindSpore's stages of this comparison run in a process of their own (OWN_PROCESS_BYTES)."""
+    return store.folder is not None and isinstance(pipes, Loading) and plan.folder.weights_bytes > OWN_PROCESS_BYTES
 
 
 def _torch(plan: Plan, store: Store, pipes: Any) -> None:
@@ -420,7 +481,7 @@ def _floor(plan: Plan, store: Store, pipes: Any) -> None:
 
 def _mindspore(plan: Plan, store: Store, pipes: Any) -> None:
     start = time.perf_counter()
-    if store.folder is not None and isinstance(pipes, Loading) and plan.folder.weights_bytes > OWN_PROCESS_BYTES:
+    if _own_process(plan, store, pipes):
         pipes.release("torch")
         side = side_in_own_process(plan, "mindspore", store.side_path("mindspore"), pipes.quiet)
         files = {"mindspore.safetensors": file_entry(store.side_path("mindspore"))}
@@ -446,18 +507,31 @@ def _lockstep(plan: Plan, store: Store, pipes: Any) -> None:
 
 
 RUNS: Dict[str, Callable[[Plan, Store, Any], None]] = {
-    "torch": _torch, "torch layers": _torch_layers, "floor": _floor, "mindspore": _mindspore,
+    "torch weights": _torch_weights, "mindspore weights": _mindspore_weights, "torch": _torch,
+    "torch layers": _torch_layers, "floor": _floor, "mindspore": _mindspore,
     "mindspore layers": _mindspore_layers, "lockstep": _lockstep}
 
 
 def side_in_own_process(plan: Plan, framework: str, path: str, quiet: bool = True) -> Side:
     """Run one side in a new process that writes its side file to ``path`` and ends; return the
     side read back. Its errors come back as they were raised (a ``UsageError`` stays one)."""
+    _in_own_process(_side_work, (plan, framework, path, quiet), f"the {framework} side")
+    return load_side(path)
+
+
+def weights_in_own_process(plan: Plan, framework: str, against: Mapping[str, Any], quiet: bool = True) -> SideWeights:
+    """A side's loaded weights checked in a new process (what :data:`OWN_PROCESS_BYTES` is for)."""
+    data = _in_own_process(_weights_work, (plan, framework, against, quiet), f"the {framework} weights' check")
+    return SideWeights(data["framework"], data["tensors"], data["seconds"])
+
+
+def _in_own_process(work: Callable[..., Any], args: Tuple[Any, ...], what: str) -> Any:
+    """``work(*args)`` in a new process that ends after it; what it returned (small: it is pickled)."""
     import multiprocessing
 
     context = multiprocessing.get_context("spawn")
     receive, send = context.Pipe(duplex=False)
-    process = context.Process(target=_side_process, args=(plan, framework, path, quiet, send))
+    process = context.Process(target=_child, args=(work, args, send))
     process.start()
     send.close()
     try:
@@ -465,27 +539,34 @@ def side_in_own_process(plan: Plan, framework: str, path: str, quiet: bool = Tru
     except EOFError:  # it ended without a word: killed
         outcome = None
     process.join()
-    if outcome == "done" and process.exitcode == 0:
-        return load_side(path)
+    if isinstance(outcome, tuple) and outcome[0] == "done" and process.exitcode == 0:
+        return outcome[1]
     if isinstance(outcome, tuple) and outcome[0] == "UsageError":
         raise UsageError(outcome[1])
     if isinstance(outcome, tuple):
-        raise RuntimeError(f"the {framework} side failed in its process: {outcome[0]}: {outcome[1]}")
+        raise RuntimeError(f"{what} failed in its process: {outcome[0]}: {outcome[1]}")
     code = process.exitcode
     how = f"was killed by signal {-code}" if code is not None and code < 0 else f"ended with exit code {code}"
-    raise RuntimeError(f"the {framework} side's process {how}" + (" (the out-of-memory killer sends signal 9)"
-                                                                 if code == -9 else ""))
+    raise RuntimeError(f"{what}'s process {how}" + (" (the out-of-memory killer sends signal 9)" if code == -9 else ""))
 
 
-def _side_process(plan: Plan, framework: str, path: str, quiet: bool, send: Any) -> None:
+def _child(work: Callable[..., Any], args: Tuple[Any, ...], send: Any) -> None:
     try:
         with patched():
-            side = fingerprinted(run(load(plan, framework, quiet), plan))
-        save_side(side, path)
+            result = work(*args)
     except Exception as exc:
         send.send((type(exc).__name__, str(exc)))
         return
-    send.send("done")
+    send.send(("done", result))
+
+
+def _side_work(plan: Plan, framework: str, path: str, quiet: bool) -> None:
+    save_side(fingerprinted(run(load(plan, framework, quiet), plan)), path)
+
+
+def _weights_work(plan: Plan, framework: str, against: Mapping[str, Any], quiet: bool) -> Dict[str, Any]:
+    loaded = load(plan, framework, quiet)
+    return side_weights(loaded.fw, loaded.pipe, plan.folder, model_components(plan.folder), against).to_dict()
 
 
 # ----------------------------------------------------------------------------- the runner
@@ -514,6 +595,8 @@ def comparison_of(store: Store) -> Optional[Comparison]:
     if store.asks.layers is not None and store.done("mindspore layers"):
         held = store.held.get("mindspore layers")
         c.layers = held if held is not None else LayerReport.from_dict(store.result("mindspore layers"))
+    if store.asks.weights and store.done("mindspore weights"):
+        c.weights = store.result("mindspore weights")["comparison"]
     if store.asks.noise_floor and store.done("floor"):
         c.noise_floor = store.result("floor")
     if store.folder is not None:
@@ -569,4 +652,5 @@ def run_stages(store: Store, pipes: Any, frameworks: Sequence[str] = ("torch", "
 
 
 __all__ = ["Asks", "Held", "Loading", "MANIFEST", "OWN_PROCESS_BYTES", "Outcome", "STAGES", "Stage", "Store",
-           "comparison_of", "plan_from_manifest", "read_manifest", "run_stages", "side_in_own_process"]
+           "comparison_of", "plan_from_manifest", "read_manifest", "run_stages", "side_in_own_process",
+           "weights_in_own_process"]

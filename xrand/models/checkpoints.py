@@ -74,6 +74,48 @@ def save_single_file(folder: PathLike, path: PathLike) -> Path:
     return path
 
 
+#: The attention projections a LoRA adapts, as diffusers' own LoRA training scripts target them
+#: (examples/text_to_image/train_text_to_image_lora.py: to_k, to_q, to_v, to_out.0).
+LORA_TARGETS = ("to_q", "to_k", "to_v", "to_out.0")
+
+
+def save_lora(folder: PathLike, path: PathLike, rank: int = 4, seed: int = 0, scale: float = 0.1) -> Path:
+    """A random LoRA for a folder's UNet in the format both libraries' ``load_lora_weights`` read
+    (diffusers' ``save_lora_weights``: ``unet.<module>.lora_A.weight`` (rank, in) and ``lora_B``
+    (out, rank) for every attention projection), float32; numpy alone, offline. ``scale``: the
+    entries' size (lora_B @ lora_A moves a weight by about ``scale**2 * rank``)."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    folder, path = Path(folder), check_new_file(path)
+    if not str(path).endswith(".safetensors"):
+        raise UsageError(f"{str(path)!r}: a LoRA file is NAME.safetensors (the adapter is called NAME)")
+    rng = np.random.default_rng(seed)
+    state = {}
+    for file in sorted(f for f in (folder / "unet").glob("*.safetensors") if weights_variant(f.name) is None):
+        for name, shape in sorted(_header_shapes(file).items()):
+            module = name[:-len(".weight")]
+            if name.endswith(".weight") and len(shape) == 2 and module.endswith(LORA_TARGETS) and ".attn" in module:
+                out_features, in_features = shape
+                for part, shape in (("lora_A", (rank, in_features)), ("lora_B", (out_features, rank))):
+                    state[f"unet.{module}.{part}.weight"] = (rng.standard_normal(shape) * scale).astype(np.float32)
+    if not state:
+        raise UsageError(f"{str(folder)!r}: its unet/ has no attention projections ({', '.join(LORA_TARGETS)}) "
+                         "to adapt")
+    save_file(state, str(path), metadata={"format": "pt"})
+    return path
+
+
+def _header_shapes(file: Path) -> dict:
+    """A safetensors file's tensor names and shapes, from its header."""
+    import struct
+
+    with open(file, "rb") as f:
+        size = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(size))
+    return {name: tuple(entry["shape"]) for name, entry in header.items() if name != "__metadata__"}
+
+
 def check_new_file(path: PathLike) -> Path:
     """``Path(path)``, refused where a file is there already (nothing is overwritten)."""
     if Path(path).exists():

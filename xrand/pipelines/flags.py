@@ -14,6 +14,7 @@ from dataclasses import MISSING, dataclass, fields
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from ..checks import UsageError
+from .lora import format_lora, parse_lora
 from .recipes import pipelines
 from .schedulers import parse_option
 from .settings import DTYPES, Settings
@@ -33,6 +34,9 @@ class Flag:
     pairs: Optional[str] = None
     example: str = ""
     path: bool = False
+    action: str = "store"  # "append": a repeatable flag read by ``parse`` into a tuple; "store_true": a switch
+    parse: Optional[Callable[[str], Any]] = None  # one ``append`` flag's text -> an item
+    format: Optional[Callable[..., str]] = None  # an item (and whether paths go absolute) -> its flag's text
 
     def default(self) -> Any:
         """Settings' default for the field (None for the dicts: no flag given)."""
@@ -41,6 +45,8 @@ class Flag:
 
     def read(self, value: Any) -> Any:
         """The field's value from what the parser gave (a list of ``KEY=VALUE`` for pairs)."""
+        if self.action == "append" and self.pairs is None:
+            return tuple(self.parse(text) for text in value or [])
         if self.pairs is None:
             return value
         out: Dict[str, Any] = {}
@@ -59,8 +65,12 @@ class Flag:
     def write(self, value: Any, absolute: bool = False) -> List[str]:
         """The flags that give the field ``value`` (none for None or an empty dict); a path made
         absolute when it exists here (a hub id stays as it is)."""
-        if value is None or value == {}:
+        if value is None or value == {} or value == () or value is False:
             return []
+        if self.action == "store_true":
+            return [self.flag]
+        if self.action == "append" and self.pairs is None:
+            return [part for item in value for part in (self.flag, self.format(item, absolute))]
         if self.pairs is not None:
             return [part for key, item in sorted(value.items())
                     for part in (self.flag, f"{key}={json.dumps(item) if self.pairs == 'json' else item}")]
@@ -78,6 +88,11 @@ FLAGS: Sequence[Flag] = (
     Flag("config", "--config", "--model is one file of every weight in the original layout (MODEL.safetensors, "
          "loaded by from_single_file); FOLDER is a diffusers folder of the same architecture giving the configs "
          "(offline)", metavar="FOLDER", path=True),
+    Flag("loras", "--lora", "load this LoRA (repeatable; the adapter is named after the file) with each library's "
+         "load_lora_weights, weighed by SCALE (default 1) through set_adapters", metavar="FILE[:SCALE]",
+         action="append", parse=parse_lora, format=format_lora),
+    Flag("fuse_lora", "--fuse-lora", "merge the LoRAs into the weights (fuse_lora, then unload_lora_weights)",
+         action="store_true"),
     Flag("pipeline", "--pipeline", "pipeline class ({pipelines}; default: the folder's model_index.json)"),
     Flag("scheduler", "--scheduler", "scheduler class name (any case) or alias such as euler-a, dpm++-2m-sde; 'all' "
          "(compare, sweep) runs every shared scheduler; sweep takes NAME,NAME... too (default: the folder's)"),
@@ -123,10 +138,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Every setting's flag on ``parser``; a flag not given parses to Settings' default."""
     for f in FLAGS:
         default = f.default()
+        text = f.help.format(default=default, pipelines=", ".join(pipelines()), dtypes=", ".join(DTYPES))
+        if f.action == "store_true":
+            parser.add_argument(f.flag, dest=f.field, action="store_true", help=text)
+            continue
+        repeated = f.pairs is not None or f.action == "append"
         parser.add_argument(f.flag, dest=f.field, type=f.type, metavar=f.metavar,
-                            action="append" if f.pairs else "store", default=None if f.pairs else default,
-                            help=f.help.format(default=default, pipelines=", ".join(pipelines()),
-                                               dtypes=", ".join(DTYPES)))
+                            action="append" if repeated else "store", default=None if repeated else default,
+                            help=text)
 
 
 def settings_values(args: argparse.Namespace) -> Dict[str, Any]:

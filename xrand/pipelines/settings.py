@@ -15,6 +15,7 @@ from ..streams import DEFAULT_STREAM, stream_factory
 from . import schedulers
 from .folder import check_variant
 from .inputs import FAMILY_INPUTS, TEXT_INPUTS
+from .lora import check_loras
 from .recipes import canonical_pipeline
 
 #: Model dtypes the pipelines run in.
@@ -90,6 +91,10 @@ class Settings:
     # config (a diffusers folder of the same architecture), model is one file of every weight
     variant: Optional[str] = None
     config: Optional[str] = None
+    # LoRA adapters, (FILE.safetensors, scale) each, loaded by each library's load_lora_weights and
+    # weighed by set_adapters; fuse_lora: merged into the weights (fuse_lora), their layers dropped
+    loras: Tuple[Tuple[str, float], ...] = ()
+    fuse_lora: bool = False
     steps: int = 50
     seed: int = 0
     batch_size: int = 4
@@ -130,6 +135,10 @@ class Settings:
         if not isinstance(self.model, str) or not self.model:
             raise UsageError(f"model must be a folder written by save_pretrained, got {self.model!r}")
         check_variant(self.variant)
+        set_(self, "loras", check_loras(self.loras))
+        if not isinstance(self.fuse_lora, bool) or (self.fuse_lora and not self.loras):
+            raise UsageError(f"fuse_lora merges the LoRAs given (--lora FILE) into the weights: it needs at least one "
+                             f"LoRA, got fuse_lora={self.fuse_lora!r} with {len(self.loras)}")
         if self.config is not None and (not isinstance(self.config, str) or not self.config):
             raise UsageTypeError(f"config must be the path of a diffusers folder (the configs of a single file), "
                                  f"got {self.config!r}")
@@ -189,7 +198,7 @@ class Settings:
 
     #: The fields two sides must share (the model is matched by its weights' fingerprint; a single
     #: file's config folder, like a folder's configs, by nothing).
-    COMPARED = ("variant", "steps", "seed", "batch_size", "eta", "stream", "dtype", "noise", "component_dtypes",
+    COMPARED = ("variant", "fuse_lora", "steps", "seed", "batch_size", "eta", "stream", "dtype", "noise", "component_dtypes",
                 "pipeline", "scheduler", "scheduler_options", "prompt", "negative_prompt", "guidance_scale", "height",
                 "width")
     #: (input files are matched by their content's digest, in what each side ran)

@@ -23,6 +23,8 @@ def report_dict(c: Comparison, reproduce: Optional[str] = None) -> Dict[str, Any
         extra["noise_floor"] = c.noise_floor
     if c.layers is not None:
         extra["layers"] = c.layers.to_dict()
+    if c.weights is not None:  # the loaded weights matched before any step (compare/weights.py)
+        extra["weights"] = c.weights
     if c.stages is not None:  # a staged run: what is in this report and what is still to come
         extra["stages"] = c.stages
     report = json_safe({
