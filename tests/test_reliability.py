@@ -347,9 +347,11 @@ def test_ctrl_c_at_every_stage_of_a_compare_keeps_what_finished_and_the_same_com
     out = str(tmp_path / "o")
     command = [sys.executable, "-m", "xrand", "compare", "--steps", "2", "--batch-size", "1", "--lockstep",
                "--layers", "--out", out]
-    stages = ["torch", "torch layers", "floor", "mindspore", "mindspore layers", "lockstep"]
+    stages = ["torch weights", "torch", "torch layers", "floor", "mindspore weights", "mindspore", "mindspore layers",
+              "lockstep"]
+    stopped = ("torch", "floor", "mindspore layers", "lockstep")
     resumes, first = [], {}
-    for stage in ("torch", "floor", "mindspore layers", "lockstep"):
+    for stage in stopped:
         kept = stages[:stages.index(stage)]
         code, lines, stderr = compare_interrupted(command, f"xrand: running {stage}")
         assert (code, stderr.strip().splitlines()[-1]) == (
@@ -365,9 +367,9 @@ def test_ctrl_c_at_every_stage_of_a_compare_keeps_what_finished_and_the_same_com
     assert code == 0, stderr
     resumes.append([text for text in lines if "holds this comparison" in text])
     # each run went on where the one before stopped, said so once, and ran nothing finished again
-    assert resumes == [[], []] + [
+    assert resumes == [[]] + [
         [f"xrand: {out}/ holds this comparison's {', '.join(stages[:k])}; running {', '.join(stages[k:])}"]
-        for k in (2, 4, 5)]
+        for k in (stages.index(stage) for stage in stopped)]
     assert first == {name: os.stat(os.path.join(out, f"{name}.safetensors")).st_mtime_ns
                      for name in ("torch", "mindspore")}
     report = json.load(open(os.path.join(out, "report.json")))
