@@ -25,24 +25,24 @@ TESTS: Dict[str, str] = {
     "DDIMPipeline": "tests/test_pipelines.py::test_eta1_within_tolerance_with_lockstep",
     "DDPMPipeline": "tests/test_recipes.py::test_ddpm_pipeline_agrees_in_lockstep",
     "StableDiffusionPipeline": "tests/test_recipes.py::test_stable_diffusion_agrees_with_guidance_and_lockstep",
-    "StableDiffusionImg2ImgPipeline": "tests/test_families.py::test_each_family_agrees_end_to_end_and_in_lockstep"
+    "StableDiffusionImg2ImgPipeline": "tests/test_families.py::test_each_family_agrees_end_to_end_in_lockstep_and_module_by_module"
                                       "[sd-img2img]",
-    "StableDiffusionInpaintPipeline": "tests/test_families.py::test_each_family_agrees_end_to_end_and_in_lockstep"
+    "StableDiffusionInpaintPipeline": "tests/test_families.py::test_each_family_agrees_end_to_end_in_lockstep_and_module_by_module"
                                       "[sd-inpaint]",
-    "StableDiffusionXLPipeline": "tests/test_families.py::test_each_family_agrees_end_to_end_and_in_lockstep[sdxl]",
-    "StableDiffusionXLImg2ImgPipeline": "tests/test_families.py::test_each_family_agrees_end_to_end_and_in_lockstep"
+    "StableDiffusionXLPipeline": "tests/test_families.py::test_each_family_agrees_end_to_end_in_lockstep_and_module_by_module[sdxl]",
+    "StableDiffusionXLImg2ImgPipeline": "tests/test_families.py::test_each_family_agrees_end_to_end_in_lockstep_and_module_by_module"
                                         "[sdxl-img2img]",
-    "StableDiffusionXLInpaintPipeline": "tests/test_families.py::test_each_family_agrees_end_to_end_and_in_lockstep"
+    "StableDiffusionXLInpaintPipeline": "tests/test_families.py::test_each_family_agrees_end_to_end_in_lockstep_and_module_by_module"
                                         "[sdxl-inpaint]",
-    "StableDiffusion3Pipeline": "tests/test_families.py::test_each_family_agrees_end_to_end_and_in_lockstep[sd3]",
-    "FluxPipeline": "tests/test_families.py::test_each_family_agrees_end_to_end_and_in_lockstep[flux]",
-    "FluxImg2ImgPipeline": "tests/test_families.py::test_each_family_agrees_end_to_end_and_in_lockstep"
+    "StableDiffusion3Pipeline": "tests/test_families.py::test_each_family_agrees_end_to_end_in_lockstep_and_module_by_module[sd3]",
+    "FluxPipeline": "tests/test_families.py::test_each_family_agrees_end_to_end_in_lockstep_and_module_by_module[flux]",
+    "FluxImg2ImgPipeline": "tests/test_families.py::test_each_family_agrees_end_to_end_in_lockstep_and_module_by_module"
                            "[flux-img2img]",
-    "FluxKontextPipeline": "tests/test_families.py::test_each_family_agrees_end_to_end_and_in_lockstep"
+    "FluxKontextPipeline": "tests/test_families.py::test_each_family_agrees_end_to_end_in_lockstep_and_module_by_module"
                            "[flux-kontext]",
-    "PixArtSigmaPipeline": "tests/test_families.py::test_each_family_agrees_end_to_end_and_in_lockstep[pixart]",
+    "PixArtSigmaPipeline": "tests/test_families.py::test_each_family_agrees_end_to_end_in_lockstep_and_module_by_module[pixart]",
     "WanPipeline": "tests/test_families.py::test_wan_video_per_frame_and_mindones_unscaled_vae_attention",
-    "LTXPipeline": "tests/test_families.py::test_each_family_agrees_end_to_end_and_in_lockstep[ltx]",
+    "LTXPipeline": "tests/test_families.py::test_each_family_agrees_end_to_end_in_lockstep_and_module_by_module[ltx]",
     "SanaPipeline": "tests/test_next_families.py::test_each_next_family_agrees_end_to_end_and_in_lockstep[sana]",
     "Lumina2Pipeline": "tests/test_next_families.py::test_each_next_family_agrees_end_to_end_and_in_lockstep"
                        "[lumina2]",

@@ -16,12 +16,19 @@ import numpy as np
 from ..checks import UsageError
 
 
+def norm(x: np.ndarray) -> float:
+    """The L2 norm, summed in one fixed order: not BLAS, whose threaded dot adds in an order that
+    depends on its thread count, so the same arrays gave other last digits in another process."""
+    flat_x = np.ascontiguousarray(x, dtype=np.float64).reshape(-1)
+    return float(np.sqrt(np.einsum("i,i->", flat_x, flat_x)))
+
+
 def rel_l2(reference: np.ndarray, other: np.ndarray) -> float:
     """``||a - b|| / ||a||`` in float64 (``||a - b||`` when ``a`` is all zeros)."""
     a = np.asarray(reference, dtype=np.float64)
     diff = a - np.asarray(other, dtype=np.float64)
-    norm = float(np.linalg.norm(a))
-    return float(np.linalg.norm(diff) / norm) if norm > 0 else float(np.linalg.norm(diff))
+    size = norm(a)
+    return norm(diff) / size if size > 0 else norm(diff)
 
 
 def metrics(reference: np.ndarray, other: np.ndarray, data_range: Optional[float] = None) -> Dict[str, float]:
@@ -31,11 +38,11 @@ def metrics(reference: np.ndarray, other: np.ndarray, data_range: Optional[float
     if a.shape != b.shape:
         raise UsageError(f"cannot compare arrays of shapes {a.shape} and {b.shape}")
     diff = a - b
-    norm = float(np.linalg.norm(a))
+    size = norm(a)
     out = {
         "max_abs": float(np.max(np.abs(diff))) if diff.size else 0.0,
         "mean_abs": float(np.mean(np.abs(diff))) if diff.size else 0.0,
-        "rel_l2": float(np.linalg.norm(diff) / norm) if norm > 0 else float(np.linalg.norm(diff)),
+        "rel_l2": norm(diff) / size if size > 0 else norm(diff),
     }
     if data_range is not None:
         mse = float(np.mean(diff**2)) if diff.size else 0.0
@@ -131,13 +138,13 @@ def module_metrics(reference: Union[np.ndarray, Sequence[np.ndarray]],
     zero = r == 0
     with np.errstate(divide="ignore", invalid="ignore"):
         rel = np.abs(((o + eps * zero) - (r + eps * zero)) / (r + eps * zero))
-        norm_r, norm_o = float(np.linalg.norm(r)), float(np.linalg.norm(o))
+        norm_r, norm_o = norm(r), norm(o)
         if norm_r <= eps and norm_o <= eps:
             cosine = 1.0
         elif norm_r <= eps or norm_o <= eps:
             cosine = nan
         else:
-            cosine = float(np.dot(r, o) / (norm_r * norm_o))
+            cosine = float(np.einsum("i,i->", r.reshape(-1), o.reshape(-1)) / (norm_r * norm_o))  # not BLAS (norm)
     finite = bool(np.isfinite(r).all() and np.isfinite(o).all())
     return {
         "cosine": cosine if finite else nan,

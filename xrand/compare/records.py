@@ -14,6 +14,7 @@ reads a file: a truncated or edited record is refused by name, never read as num
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -39,6 +40,12 @@ def file_digest(path: str) -> str:
     return digest.hexdigest()
 
 
+@functools.lru_cache(maxsize=1024)
+def _digest_of(path: str, size: int, mtime_ns: int) -> str:
+    """A file's sha256, read once per version of it (the stages check a file first, then read it)."""
+    return file_digest(path)
+
+
 def file_entry(path: str) -> Dict[str, Any]:
     """What the manifest keeps of a written file: its sha256 and size."""
     return {"sha256": file_digest(path), "bytes": os.path.getsize(path)}
@@ -50,8 +57,9 @@ def check_file(folder: str, name: str, entry: Mapping[str, Any], made_by: str) -
     path = os.path.join(folder, name)
     if not os.path.isfile(path):
         raise UsageError(f"{path} is missing; the stage '{made_by}' writes it (run it again)")
-    size = os.path.getsize(path)
-    if size != entry["bytes"] or file_digest(path) != entry["sha256"]:
+    stat = os.stat(path)
+    size = stat.st_size
+    if size != entry["bytes"] or _digest_of(path, size, stat.st_mtime_ns) != entry["sha256"]:
         how = f"{size} bytes, {entry['bytes']} written" if size != entry["bytes"] else "its sha256 differs"
         raise UsageError(f"{path} is not the file the stage '{made_by}' wrote ({how}): truncated or edited; "
                          f"copy it again or run that stage again")

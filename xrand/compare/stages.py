@@ -623,6 +623,10 @@ def run_stages(store: Store, pipes: Any, frameworks: Sequence[str] = ("torch", "
                 raise UsageError(f"the stage '{name}' needs torch's stage '{need}', which is not in "
                                  f"{store.folder or 'this comparison'}/; run it first on a machine with torch: "
                                  f"xrand compare --only {BY_NAME[need].framework} --out {store.folder or 'DIR'} ...")
+    if store.folder is not None:  # what the stages to run read, checked before anything runs
+        for need in sorted({n for s in todo for n in BY_NAME[s].needs if store.done(n)}):
+            for name, entry in store.files(need).items():
+                check_file(store.folder, name, entry, need)
     if done_before and store.folder is not None:
         say(f"xrand: {store.folder}/ holds this comparison's {', '.join(done_before)}; "
             f"running {', '.join(todo) or 'nothing more here'}")
