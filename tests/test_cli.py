@@ -225,7 +225,7 @@ def test_report_json_keeps_the_command_that_reproduces_it_from_any_folder(tiny_m
     second = json.load(open(other / "o" / "report.json"))
     assert dict(second["settings"], model="model") == report["settings"]
     assert second["reproduce"] == report["reproduce"] and second["final"] == report["final"]
-    identity = [json.load(open(folder / "o" / "stages.json"))["identity"] for folder in (first, other)]
+    identity = [json.load(open(folder / "o" / "manifest.json"))["identity"] for folder in (first, other)]
     assert identity[0] == identity[1]  # the same weights, plan and options
 
 

@@ -121,8 +121,11 @@ def test_mindspore_stages_before_torchs_records_name_the_missing_stage_and_its_c
         mindspore_only_python, tmp_path):
     out = cli(mindspore_only_python, "compare", "--steps", "2", "--lockstep", "--only", "mindspore", "--out",
               str(tmp_path / "o"))
+    one_line_error(out, "the stage 'mindspore weights' needs torch's stage 'torch weights'", "xrand compare --only torch")
+    out = cli(mindspore_only_python, "compare", "--steps", "2", "--lockstep", "--no-weights-check", "--only",
+              "mindspore", "--out", str(tmp_path / "p"))
     one_line_error(out, "the stage 'lockstep' needs torch's stage 'torch'", "xrand compare --only torch")
-    refused = cli(mindspore_only_python, "compare", "--only", "torch", "--out", str(tmp_path / "p"))
+    refused = cli(mindspore_only_python, "compare", "--only", "torch", "--out", str(tmp_path / "q"))
     one_line_error(refused, "--only torch: torch and diffusers must be installed here")
 
 
