@@ -49,7 +49,7 @@ def test_every_tiny_folder_the_readme_uses_is_made_by_a_command_it_shows():
     from xrand.models import TINY_MODELS
 
     readme = open(os.path.join(ROOT, "README.md")).read()
-    made = dict((folder, name) for name, folder in re.findall(r"^python -m xrand\.models (\S+) (\S+)$", readme, re.M))
+    made = dict((folder, name) for name, folder in re.findall(r"^python -m xrand\.models (\S+) (\S+)(?: .*)?$", readme, re.M))
     assert set(made.values()) == set(TINY_MODELS)  # every family, each by its own name
     used = set(re.findall(r"--model (tiny-[\w-]+)", readme))
     assert used and used <= set(made), sorted(used - set(made))

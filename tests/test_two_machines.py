@@ -14,6 +14,7 @@ pytest.importorskip("diffusers")
 
 from conftest import make_tiny_model  # noqa: E402
 
+import xrand  # noqa: E402
 from xrand.cli import main  # noqa: E402
 from xrand.models import build_tiny  # noqa: E402
 
@@ -21,8 +22,14 @@ PROMPT = ["--prompt", "a red circle"]
 TINY_TEXT = ["--height", "32", "--width", "32", "--call-option", "max_sequence_length=32"]
 
 
+#: the xrand under test, for the other environments too (their links may name another checkout's)
+SOURCE = os.path.dirname(os.path.dirname(os.path.abspath(xrand.__file__)))
+
+
 def cli(python, *args, cwd=None):
-    return subprocess.run([python, "-m", "xrand", *args], capture_output=True, text=True, timeout=900, cwd=cwd)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([SOURCE, os.environ.get("PYTHONPATH", "")]))
+    return subprocess.run([python, "-m", "xrand", *args], capture_output=True, text=True, timeout=900, cwd=cwd,
+                          env=env)
 
 
 def report(folder):
