@@ -26,6 +26,7 @@ from typing import Any, Callable, Container, Dict, Iterator, List, Mapping, Opti
 
 import numpy as np
 
+from .components import prompt_inputs
 from .metrics import metrics
 from .records import RecordReader, RecordWriter
 from .trees import Capture, Captured, arrays, convertible, leaves, restore
@@ -195,6 +196,7 @@ class Boundary:
         self.record_steps = record_steps
         self.feed = feed
         self.first_input: Optional[np.ndarray] = None
+        self.prompt: Dict[str, np.ndarray] = {}  # the prompt embeddings the first denoiser call got
         self.drawn_before_steps = 0
         self.outputs: List[np.ndarray] = []
         self.timesteps: List[float] = []
@@ -233,6 +235,8 @@ class Boundary:
             args, kwargs = fed_call(signature, args, kwargs, given, self.fw)
         if self.record_calls is not None and index in self.record_calls:
             self.recording.add_call(index, self._capture(named_inputs(signature, args, kwargs)))
+        if index == 0:
+            self.prompt = prompt_inputs(named_inputs(signature, args, kwargs), self.fw)
         return call(*args, **kwargs)
 
     def _step(self, original: Callable[..., Any], bound: inspect.BoundArguments) -> Any:

@@ -9,6 +9,7 @@ import numpy as np
 from ..checks import UsageError
 from ..pipelines.recipes import RECIPES
 from ..pipelines.settings import Settings
+from .components import compare_components, components_text, parted_by
 from .known import known_causes
 from .metrics import metrics
 from .plan import DEFAULT_TOLERANCE, check_tolerance
@@ -36,6 +37,7 @@ class Comparison:
     # the second side's timesteps where the two libraries' schedulers gave other ones for the same config
     timesteps_b: Optional[List[float]] = None
     stages: Optional[Dict[str, List[str]]] = None  # {"done": [...], "missing": [...]} of a staged run (.staged)
+    components: Optional[List[Dict[str, Any]]] = None  # each component's numbers (.components)
 
     @property
     def passed(self) -> bool:
@@ -54,9 +56,16 @@ class Comparison:
         if self.timesteps_b is not None:
             line += (f"; the schedulers' timesteps differ ({a} {_short(self.timesteps)} vs {b} "
                      f"{_short(self.timesteps_b)}): the two libraries schedule this config differently")
+        if self.components:
+            line += "; " + components_text(self.components)
         if self.stages and self.stages["missing"]:
             line += f" (still missing: {', '.join(self.stages['missing'])})"
         return line
+
+    @property
+    def parted_by(self) -> Optional[str]:
+        """The first component over its limit (:mod:`.components`), or None."""
+        return parted_by(self.components)
 
     def known_causes(self) -> List[str]:
         """The measured causes (:mod:`.known`) of what this verdict shows, for what ran."""
@@ -115,11 +124,12 @@ def compare_sides(a: Side, b: Side, tolerance: Optional[float] = None,
     difference: a FAIL that names them, not a refusal."""
     check_comparable(a, b)
     tolerance = DEFAULT_TOLERANCE[a.settings.dtype] if tolerance is None else check_tolerance(tolerance)
+    final = final_metrics(a.images, b.images)
     return Comparison(
         settings=a.settings,
         frameworks=[a.framework, b.framework],
         tolerance=tolerance,
-        final=final_metrics(a.images, b.images),
+        final=final,
         initial_noise=metrics(a.initial_noise, b.initial_noise),
         global_steps=[metrics(x, y) for x, y in zip(a.states, b.states)],
         local_steps=local_steps,
@@ -130,6 +140,8 @@ def compare_sides(a: Side, b: Side, tolerance: Optional[float] = None,
         images={"a": a.images, "b": b.images},
         ran={"a": a.ran, "b": b.ran},
         timesteps_b=None if same_timesteps(a.timesteps, b.timesteps) else list(b.timesteps),
+        components=compare_components(a.prompt, b.prompt, a.states, b.states, final, tolerance,
+                                      "VAE decode" if "vae" in (a.ran.get("component_dtypes") or {}) else "output"),
     )
 
 

@@ -56,6 +56,7 @@ class Side:
     ran: Dict[str, Any] = field(default_factory=dict)
     recording: Optional[Recording] = field(default=None, repr=False)
     local_steps: Optional[List[Dict[str, Any]]] = field(default=None, repr=False)
+    prompt: Dict[str, np.ndarray] = field(default_factory=dict, repr=False)  # components.PROMPT_INPUTS given
 
 
 @dataclass
@@ -182,6 +183,7 @@ def run(loaded: Loaded, plan: Plan, *, generator: Optional[CountingGenerator] = 
         },
         recording=boundary.recording,
         local_steps=boundary.local if feed is not None else None,
+        prompt=boundary.prompt,
     )
 
 
