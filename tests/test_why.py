@@ -71,3 +71,54 @@ def test_the_first_component_over_its_limit_is_named_and_the_ones_after_it_are_n
     agreeing = compare_components({}, {}, states, states, {"rel_l2": 1e-3, "max_abs": 1e-3}, 5e-3, "output")
     assert [c["name"] for c in agreeing] == ["latents", "output"]
     assert components_text(agreeing) == "the latents agree (0 after 4 steps), the output agrees (0.001)"
+
+
+def test_an_inf_made_by_one_mindspore_cell_at_one_step_is_found_there_and_said_first(tmp_path):
+    """A forward hook makes ``down_blocks.1.attentions.0``'s output Inf at the third step's
+    timestep only: MindSpore's side sees it first in its denoiser output at call 2 (NaN there: the
+    Inf goes on through a group norm), --layers at
+    that call names the cell and that its inputs were finite, and the verdict says so before any
+    number; the numbers stay defined over the finite values, with the count of the others."""
+    from xrand.cli import default_model
+    from xrand.compare import LayerOptions, compare_loaded, load_pair, make_plan
+    from xrand.pipelines.settings import Settings
+    from xrand.report.compare import write_report
+
+    settings = Settings(model=default_model(), batch_size=1, steps=4)
+    pair = load_pair(settings)
+    plan = make_plan(settings, layers=LayerOptions(step=2), mindspore_mode="pynative", noise_floor=False)
+    timesteps = pair.torch.pipe.scheduler.__class__.from_config(pair.torch.pipe.scheduler.config)
+    timesteps.set_timesteps(4)
+    chosen = int(timesteps.timesteps[2])
+    unet = pair.mindspore.pipe.unet
+    now = {}
+
+    def remember(cell, args, kwargs):
+        now["t"] = int(np.asarray((kwargs.get("timestep") if "timestep" in kwargs else args[1]).asnumpy()).ravel()[0])
+
+    def inf(cell, args, output):
+        return output + float("inf") if now.get("t") == chosen else output
+
+    handles = [unet.register_forward_pre_hook(remember, with_kwargs=True),
+               dict(unet.cells_and_names())["down_blocks.1.attentions.0"].register_forward_hook(inf)]
+    try:
+        c = compare_loaded(pair, plan)
+    finally:
+        for h in handles:
+            h.remove()
+    seen = c.nonfinite_seen()
+    assert "torch" not in seen
+    assert seen["mindspore"] == {"component": "denoiser output", "step": 2, "call": 2, "kind": "NaN",
+                                 "count": seen["mindspore"]["count"], "module": "down_blocks.1.attentions.0",
+                                 "type": "Attention", "inputs_finite": True}
+    assert not c.passed
+    assert c.verdict().startswith("FAIL: MindSpore's output is NaN from step 3: its denoiser output at call 2 ("), \
+        c.verdict()
+    assert "made by down_blocks.1.attentions.0 (Attention) from finite inputs; torch vs mindspore" in c.verdict()
+    assert np.isfinite(c.global_steps[-1]["rel_l2"]) and c.global_steps[-1]["nonfinite_b"] > 0
+    assert c.global_steps[1].get("nonfinite_b") is None  # the step before: finite
+    report = json.load(open(write_report(c, str(tmp_path))["report.json"]))
+    assert report["nonfinite"]["torch"] is None and report["nonfinite"]["mindspore"]["module"] == \
+        "down_blocks.1.attentions.0"
+    assert "the first NaN or Inf" in open(os.path.join(str(tmp_path), "report.html")).read()
+    assert "; the latents part them (256 values NaN or Inf after 4 steps, over from step 3)" in c.verdict()

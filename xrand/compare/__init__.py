@@ -2,7 +2,8 @@
 
 Modules, each importing only those above it in this list: :mod:`.trees` (nested inputs and
 outputs), :mod:`.metrics`, :mod:`.plan` (settings resolved once), :mod:`.components` (which
-component parts them: prompt embeddings, latents, decode), :mod:`.boundary` (the
+component parts them: prompt embeddings, latents, decode), :mod:`.nonfinite` (the first NaN or
+Inf), :mod:`.boundary` (the
 denoiser and scheduler calls: recorded, fed), :mod:`.sides` (one framework's run),
 :mod:`.known` (measured causes a verdict names), :mod:`.result` (two sides compared),
 :mod:`.floor` (torch's own noise floor), :mod:`.layers` (which module parts them), :mod:`.run`

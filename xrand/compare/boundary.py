@@ -28,6 +28,7 @@ import numpy as np
 
 from .components import prompt_inputs
 from .metrics import metrics
+from .nonfinite import first_seen
 from .records import RecordReader, RecordWriter
 from .trees import Capture, Captured, arrays, convertible, leaves, restore
 
@@ -197,6 +198,7 @@ class Boundary:
         self.feed = feed
         self.first_input: Optional[np.ndarray] = None
         self.prompt: Dict[str, np.ndarray] = {}  # the prompt embeddings the first denoiser call got
+        self.nonfinite: Optional[Dict[str, Any]] = None  # where a NaN or Inf was first seen (.nonfinite)
         self.drawn_before_steps = 0
         self.outputs: List[np.ndarray] = []
         self.timesteps: List[float] = []
@@ -237,7 +239,17 @@ class Boundary:
             self.recording.add_call(index, self._capture(named_inputs(signature, args, kwargs)))
         if index == 0:
             self.prompt = prompt_inputs(named_inputs(signature, args, kwargs), self.fw)
-        return call(*args, **kwargs)
+            self.watch("prompt embeddings", self.prompt.values())
+        out = call(*args, **kwargs)
+        if self.nonfinite is None:
+            self.watch("denoiser output", [self.fw.to_numpy(v) for v in leaves(out) if self.fw.is_tensor(v)],
+                       call=index)
+        return out
+
+    def watch(self, component: str, values: Any, **where: Any) -> None:
+        """Keep the first place a NaN or Inf shows (``step``: the scheduler step it belongs to)."""
+        if self.nonfinite is None:
+            self.nonfinite = first_seen(component, values, **{"step": len(self.outputs), **where})
 
     def _step(self, original: Callable[..., Any], bound: inspect.BoundArguments) -> Any:
         index = len(self.outputs)
@@ -258,6 +270,7 @@ class Boundary:
         out = original(*bound.args, **bound.kwargs)
         prev = out.prev_sample if hasattr(out, "prev_sample") else out[0]
         self.outputs.append(self.fw.to_numpy(prev))
+        self.watch("latents", [self.outputs[-1]], step=index)
         self.timesteps.append(float(bound.arguments["timestep"]))
         if given is not None:
             self.local.append({"timestep": self.timesteps[-1],

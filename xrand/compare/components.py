@@ -43,7 +43,8 @@ def compare_components(prompt_a: Mapping[str, np.ndarray], prompt_b: Mapping[str
                        states_b: np.ndarray, final: Mapping[str, Any], tolerance: float,
                        decoder: str = "VAE decode") -> List[Dict[str, Any]]:
     """Each component's numbers, in pipeline order: ``name``, ``what``, ``rel_l2`` and ``max_abs``
-    (the latents': after the last step), ``limit``, ``over``; the prompt embeddings' per input
+    (the latents': after the last step), ``limit``, ``over`` (and ``nonfinite``, the values NaN or
+    Inf on either side, where there are any); the prompt embeddings' per input
     (``inputs``), the latents' ``steps`` and ``first_over`` (the first step over, or None)."""
     out = []
     shared = [k for k in PROMPT_INPUTS if k in prompt_a and k in prompt_b and prompt_a[k].shape == prompt_b[k].shape]
@@ -55,7 +56,7 @@ def compare_components(prompt_a: Mapping[str, np.ndarray], prompt_b: Mapping[str
                     "receives them", **_limited(whole, tolerance), "inputs": inputs})
     steps = [metrics(x, y) for x, y in zip(states_a, states_b)]
     if steps:
-        over = [i for i, s in enumerate(steps) if not s["rel_l2"] <= tolerance]
+        over = [i for i, s in enumerate(steps) if _limited(s, tolerance)["over"]]
         out.append({"name": "latents", "what": "the sample after each scheduler step",
                     **_limited(steps[-1], tolerance), "over": bool(over), "steps": len(steps),
                     "first_over": over[0] if over else None})
@@ -65,8 +66,12 @@ def compare_components(prompt_a: Mapping[str, np.ndarray], prompt_b: Mapping[str
 
 
 def _limited(numbers: Mapping[str, Any], tolerance: float) -> Dict[str, Any]:
+    """The numbers against the limit: NaN or Inf on either side is over it (the numbers are then
+    over the finite values, :func:`.metrics.metrics`; ``nonfinite`` counts the others)."""
     rel = numbers["rel_l2"]
-    return {"rel_l2": rel, "max_abs": numbers["max_abs"], "limit": tolerance, "over": not rel <= tolerance}
+    bad = numbers.get("nonfinite_a", 0) + numbers.get("nonfinite_b", 0)
+    return {"rel_l2": rel, "max_abs": numbers["max_abs"], "limit": tolerance, "over": bool(bad) or not rel <= tolerance,
+            **({"nonfinite": bad} if bad else {})}
 
 
 def parted_by(components: Optional[List[Dict[str, Any]]]) -> Optional[str]:
@@ -80,7 +85,7 @@ def components_text(components: Optional[List[Dict[str, Any]]]) -> str:
     limit; '' without components."""
     said, before = [], None
     for c in components or []:
-        number = f"{c['rel_l2']:.2g}"
+        number = f"{c['rel_l2']:.2g}" if not c.get("nonfinite") else f"{c['nonfinite']} values NaN or Inf"
         if c["name"] == "latents":
             number += f" after {c['steps']} step{'s' if c['steps'] != 1 else ''}"
         if not c["over"]:
@@ -90,7 +95,7 @@ def components_text(components: Optional[List[Dict[str, Any]]]) -> str:
             continue
         if c["name"] == "latents" and c["first_over"] is not None:
             number += f", over from step {c['first_over'] + 1}"
-        elif before is not None and before["name"] == "latents" and before["rel_l2"] > 0:
+        elif before is not None and before["name"] == "latents" and before["rel_l2"] > 0 and not c.get("nonfinite"):
             number += f", {c['rel_l2'] / before['rel_l2']:.3g}x the latents'"
         verb = "part" if c["name"] in ("latents", "prompt embeddings") else "parts"
         return ", ".join(said) + ("; " if said else "") + f"the {c['name']} {verb} them ({number})"

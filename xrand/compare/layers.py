@@ -35,6 +35,7 @@ from ..pipelines.widen import widened_per_call
 from ..registry import backend
 from .boundary import as_call, call_signature
 from .metrics import Errors, module_metrics
+from .nonfinite import nonfinite_count
 from .records import RecordReader, RecordWriter
 from .trees import Capture, Captured, arrays, convertible, leaves, map_leaves, named_leaves, restore
 
@@ -96,6 +97,7 @@ class LayerReport:
     use_floors: bool = False  # each call's limit is at least LAYER_FLOOR_MULTIPLE x its own torch floor
     dtype: str = "float32"  # the denoiser's dtype on both sides: each floor is torch in it vs float64
     scope: List[str] = field(default_factory=list)  # module prefixes compared (--layers-scope); empty: all
+    nonfinite: Optional[Dict[str, Any]] = None  # MindSpore's first call (as run) whose output holds NaN or Inf
 
     @property
     def over(self) -> List[ModuleDiff]:
@@ -113,7 +115,7 @@ class LayerReport:
                 "over": [m.label for m in self.over], "worst": worst.label if worst else None,
                 "rule": self.rule, "use_floors": self.use_floors, "dtype": self.dtype, "floor": self.floor,
                 "unmatched": self.unmatched, "scope": self.scope,
-                "seconds": self.seconds, "modules": [m.to_dict() for m in self.modules]}
+                "seconds": self.seconds, "nonfinite": self.nonfinite, "modules": [m.to_dict() for m in self.modules]}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "LayerReport":
@@ -132,7 +134,7 @@ class LayerReport:
                    unmatched=dict(data["unmatched"]), floor=data["floor"], step=data["step"],
                    timestep=number(data["timestep"]), seconds=float(data["seconds"]), rule=data["rule"],
                    use_floors=bool(data["use_floors"]), dtype=data.get("dtype", "float32"),
-                   scope=list(data.get("scope") or []))
+                   scope=list(data.get("scope") or []), nonfinite=data.get("nonfinite"))
 
     def summary(self, passed: Optional[bool] = None) -> str:
         """The console's lines: the culprit (the first call over its limit whose submodules stay
@@ -382,7 +384,8 @@ def mindspore_layers(reader: RecordReader, meta: Mapping[str, Any], ms_cell: Any
     cells = {name: cell for name, cell in ms_cell.cells_and_names() if in_scope(name, scope)}
     errors = Errors()
     dumps: Dict[str, List[Tuple[str, np.ndarray]]] = {}
-    ms_called = _ms_as_run(ms_cell, cells, index, errors, root_args, root_kwargs, set(dump), dumps)
+    nonfinite: Dict[str, Any] = {}
+    ms_called = _ms_as_run(ms_cell, cells, index, errors, root_args, root_kwargs, set(dump), dumps, nonfinite)
     _ms_fed(ms_cell, cells, index, errors, root_args, root_kwargs, set(dump), dumps)
 
     rows = []
@@ -414,7 +417,7 @@ def mindspore_layers(reader: RecordReader, meta: Mapping[str, Any], ms_cell: Any
     return LayerReport(threshold=threshold, modules=rows, culprit=culprit.label if culprit else None,
                        unmatched=unmatched, floor=floor_info, step=step, timestep=timestep,
                        seconds=time.perf_counter() - start, dumped=list(dump), rule=rule,
-                       use_floors=use_floors, dtype=meta["dtype"], scope=list(scope))
+                       use_floors=use_floors, dtype=meta["dtype"], scope=list(scope), nonfinite=nonfinite or None)
 
 
 def _torch_calls(torch_module: Any, args: Sequence[Any], kwargs: Mapping[str, Any], writer: RecordWriter,
@@ -460,26 +463,32 @@ def _torch_calls(torch_module: Any, args: Sequence[Any], kwargs: Mapping[str, An
 
 def _ms_as_run(ms_cell: Any, cells: Mapping[str, Any], index: Mapping[Tuple[str, int], _Call], errors: Errors,
                args: Sequence[Any], kwargs: Mapping[str, Any], dump: set,
-               dumps: Dict[str, List[Tuple[str, np.ndarray]]]) -> set:
+               dumps: Dict[str, List[Tuple[str, np.ndarray]]], nonfinite: Dict[str, Any]) -> set:
     """2. MindSpore as run: each call's global error (and msprobe's metrics), reduced at once;
-    returns the names of the cells that ran."""
+    returns the names of the cells that ran. ``nonfinite`` gets the first call (in the order calls
+    end: the innermost first) whose output holds NaN or Inf, and whether its inputs did."""
     ms = framework("mindspore")
     counts: Dict[str, int] = {}
     stack: List[Tuple[str, int]] = []
+    inputs: List[Any] = []
     called = set()
 
     def pre(cell, a, kw, name):
         k = counts.get(name, 0)
         counts[name] = k + 1
         stack.append((name, k))
+        inputs.append((a, kw))
         called.add(name)
         if name in dump:
             values = map_leaves(lambda v: backend("mindspore").to_numpy(v) if ms.is_tensor(v) else v, (list(a), dict(kw)))
             dumps.setdefault(name, []).extend(_dump_entries(f"call{k}", *values))
 
     def post(cell, a, kw, output, name):
-        key = stack.pop()
+        key, given = stack.pop(), inputs.pop()
         outputs = _ms_values(output)
+        if not nonfinite and nonfinite_count(outputs):
+            nonfinite.update(module=key[0] + (f"#{key[1]}" if key[1] else ""), type=type(cell).__name__,
+                             inputs_finite=not nonfinite_count(_ms_values(given)))
         c = index.get(key)
         if c is not None:
             c.ms_global = errors(c.outputs, outputs, max_abs=True)

@@ -12,6 +12,7 @@ from ..pipelines.settings import Settings
 from .components import compare_components, components_text, parted_by
 from .known import known_causes
 from .metrics import metrics
+from .nonfinite import nonfinite_text
 from .plan import DEFAULT_TOLERANCE, check_tolerance
 from .sides import Side
 
@@ -38,16 +39,28 @@ class Comparison:
     timesteps_b: Optional[List[float]] = None
     stages: Optional[Dict[str, List[str]]] = None  # {"done": [...], "missing": [...]} of a staged run (.staged)
     components: Optional[List[Dict[str, Any]]] = None  # each component's numbers (.components)
+    nonfinite: Optional[Dict[str, Any]] = None  # framework -> where its first NaN or Inf showed (.nonfinite)
 
     @property
     def passed(self) -> bool:
-        return self.final["rel_l2"] <= self.tolerance and self.timesteps_b is None
+        return self.final["rel_l2"] <= self.tolerance and self.timesteps_b is None and not self.nonfinite_seen()
+
+    def nonfinite_seen(self) -> Dict[str, Dict[str, Any]]:
+        """Each side's first NaN or Inf (:mod:`.nonfinite`), with the module ``--layers`` found
+        making it where it looked at that call."""
+        seen = {fw: dict(where) for fw, where in (self.nonfinite or {}).items() if where}
+        found = getattr(self.layers, "nonfinite", None)
+        mine = seen.get("mindspore")
+        if found and mine and mine.get("call") == self.layers.step:
+            mine.update(found)
+        return seen
 
     def verdict(self) -> str:
         a, b = self.frameworks
         word = "PASS" if self.passed else "FAIL"
         noise = " (native noise: each library's own generator)" if self.settings.noise == "native" else ""
-        line = (f"{word}: {a} vs {b}{noise} after {self.steps_text()}, relative L2 {self.final['rel_l2']:.3g} "
+        first = nonfinite_text(self.nonfinite_seen())
+        line = (f"{word}: {first + '; ' if first else ''}{a} vs {b}{noise} after {self.steps_text()}, relative L2 {self.final['rel_l2']:.3g} "
                 f"(tolerance {self.tolerance:g}), max |diff| {self.final['max_abs']:.3g}, "
                 f"PSNR {self.final['psnr_db']:.1f} dB")
         if self.noise_floor is not None:
@@ -140,6 +153,7 @@ def compare_sides(a: Side, b: Side, tolerance: Optional[float] = None,
         images={"a": a.images, "b": b.images},
         ran={"a": a.ran, "b": b.ran},
         timesteps_b=None if same_timesteps(a.timesteps, b.timesteps) else list(b.timesteps),
+        nonfinite={a.framework: a.nonfinite, b.framework: b.nonfinite} if a.nonfinite or b.nonfinite else None,
         components=compare_components(a.prompt, b.prompt, a.states, b.states, final, tolerance,
                                       "VAE decode" if "vae" in (a.ran.get("component_dtypes") or {}) else "output"),
     )

@@ -36,6 +36,7 @@ def save_side(side: Side, path: str) -> str:
         "device": side.device,
         "environment": side.environment,
         "ran": side.ran,
+        "nonfinite": side.nonfinite,
     }
     tensors = {name: np.ascontiguousarray(getattr(side, name), dtype=np.float32) for name in _TENSORS}
     tensors.update({PROMPT + name: np.ascontiguousarray(a, dtype=np.float32) for name, a in side.prompt.items()})
@@ -79,6 +80,7 @@ def load_side(path: str) -> Side:
             environment=meta.get("environment", {}),
             device=meta.get("device", "cpu"),
             ran=meta.get("ran", {}),
+            nonfinite=meta.get("nonfinite"),
             prompt={name[len(PROMPT):]: a for name, a in tensors.items() if name.startswith(PROMPT)},
         )
     except (KeyError, TypeError, ValueError) as exc:

@@ -57,6 +57,7 @@ class Side:
     recording: Optional[Recording] = field(default=None, repr=False)
     local_steps: Optional[List[Dict[str, Any]]] = field(default=None, repr=False)
     prompt: Dict[str, np.ndarray] = field(default_factory=dict, repr=False)  # components.PROMPT_INPUTS given
+    nonfinite: Optional[Dict[str, Any]] = None  # where a NaN or Inf first showed (.nonfinite), None: nowhere
 
 
 @dataclass
@@ -155,10 +156,12 @@ def run(loaded: Loaded, plan: Plan, *, generator: Optional[CountingGenerator] = 
         raise RuntimeError(f"{recipe.pipeline} on {fw.name} never called scheduler.step")
     if boundary.recording is not None:
         boundary.recording.close()
+    images = np.asarray(images, dtype=np.float32)
+    boundary.watch("decoded output", [images], step=None)
     return Side(
         framework=fw.name,
         settings=settings,
-        images=np.asarray(images, dtype=np.float32),
+        images=images,
         initial_noise=boundary.first_input,
         states=np.stack(boundary.outputs),
         timesteps=boundary.timesteps,
@@ -184,6 +187,7 @@ def run(loaded: Loaded, plan: Plan, *, generator: Optional[CountingGenerator] = 
         recording=boundary.recording,
         local_steps=boundary.local if feed is not None else None,
         prompt=boundary.prompt,
+        nonfinite=boundary.nonfinite,
     )
 
 

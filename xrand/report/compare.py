@@ -33,6 +33,7 @@ def report_dict(c: Comparison) -> Dict[str, Any]:
         "final": c.final,
         "components": c.components,
         "parted_by": c.parted_by,
+        "nonfinite": {fw: c.nonfinite_seen().get(fw) for fw in c.frameworks},
         "initial_noise": c.initial_noise,
         "steps_ran": c.steps_ran(),
         "steps": [
