@@ -30,11 +30,14 @@ def test_the_tiny_wan_video_is_parted_by_mindones_vae_decode_with_the_latents_ag
         wan, tmp_path, capsys):
     """mindone 0.5.0's Wan VAE attention runs FlashAttentionScore without a scale
     (/work/shared/notes/two-machines.md): the prompt embeddings and the latents agree, the
-    decoded video does not; the verdict says so from the folder both machines wrote."""
+    decoded video does not; the verdict says so from the folder both machines wrote, and
+    ``--layers-component vae`` (the VAE decode of torch's final latents) names the attention block
+    of the VAE's decoder."""
     out = str(tmp_path / "wan")
     scheduler = [] if unipc_flow_timesteps_agree() else ["--scheduler", "FlowMatchEulerDiscreteScheduler"]
     args = ["compare", "--model", wan, "--prompt", "a red circle", "--height", "32", "--width", "32", "--frames", "5",
             "--call-option", "max_sequence_length=32", "--steps", "3", "--no-noise-floor", "--out", out,
+            "--layers", "--layers-component", "vae",
             *scheduler]
     assert main([*args, "--only", "torch"]) in (0, 1)
     assert main([*args, "--only", "mindspore"]) == 1
@@ -50,7 +53,12 @@ def test_the_tiny_wan_video_is_parted_by_mindones_vae_decode_with_the_latents_ag
     assert "; the prompt embeddings agree (" in report["summary"]
     assert f"the latents agree ({latents['rel_l2']:.2g} after 3 steps); the VAE decode parts them (" \
         in report["summary"], report["summary"]
-    assert "the VAE decode parts them" in capsys.readouterr().out
+    console = capsys.readouterr().out
+    assert "the VAE decode parts them" in console
+    culprit = "vae.decoder.mid_block.attentions.0"
+    assert report["layers"]["component"] == "vae" and report["layers"]["culprit"] == culprit
+    assert report["layers"]["step"] is None and not any(report["layers"]["unmatched"].values())
+    assert f"layers in the VAE decode: MindSpore parts from torch at {culprit} (WanAttentionBlock)" in console
     html = open(os.path.join(out, "report.html")).read()
     assert "the VAE decode parts them" in html and '<tr class="flagged"><td>VAE decode</td>' in html
 
@@ -122,3 +130,16 @@ def test_an_inf_made_by_one_mindspore_cell_at_one_step_is_found_there_and_said_f
         "down_blocks.1.attentions.0"
     assert "the first NaN or Inf" in open(os.path.join(str(tmp_path), "report.html")).read()
     assert "; the latents part them (256 values NaN or Inf after 4 steps, over from step 3)" in c.verdict()
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--layers", "--layers-component", "unet"], "--layers-component 'unet' is not one xrand looks into; accepted: "
+                                                 "denoiser, vae, text_encoder, text_encoder_2, text_encoder_3"),
+    (["--layers", "--layers-component", "text_encoder_2"], "--layers-component 'text_encoder_2': WanPipeline in "),
+    (["--layers-component", "vae"], "--layers-component needs --layers"),
+])
+def test_a_component_layers_cannot_look_into_is_one_line_and_exit_2(wan, args, said, tmp_path, capsys):
+    code = main(["compare", "--model", wan, "--prompt", "a red circle", "--frames", "5", "--out", str(tmp_path / "o"),
+                 *args])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and said in err[0], err

@@ -4,7 +4,8 @@ Modules, each importing only those above it in this list: :mod:`.trees` (nested 
 outputs), :mod:`.metrics`, :mod:`.plan` (settings resolved once), :mod:`.components` (which
 component parts them: prompt embeddings, latents, decode), :mod:`.nonfinite` (the first NaN or
 Inf), :mod:`.boundary` (the
-denoiser and scheduler calls: recorded, fed), :mod:`.sides` (one framework's run),
+denoiser and scheduler calls: recorded, fed), :mod:`.component_call` (the VAE's or a text
+encoder's call, for ``--layers-component``), :mod:`.sides` (one framework's run),
 :mod:`.known` (measured causes a verdict names), :mod:`.result` (two sides compared),
 :mod:`.floor` (torch's own noise floor), :mod:`.layers` (which module parts them), :mod:`.run`
 (both sides in one process), :mod:`.matrix` (every scheduler), :mod:`.sidefile` (a side in a

@@ -46,6 +46,7 @@ class Recording:
         tree = reader.tree if reader is not None else {"calls": [], "steps": []}
         self.calls: List[Any] = tree["calls"]
         self.steps: List[Dict[str, Any]] = tree["steps"]
+        self.component: Any = tree.get("component")  # another component's call (.component_call)
 
     def add_call(self, index: int, inputs: Dict[str, Any]) -> None:
         self.calls.extend([None] * (index + 1 - len(self.calls)))
@@ -59,7 +60,7 @@ class Recording:
 
     def close(self) -> Dict[str, Any]:
         """Done recording: write what is left (a folder's record); the files written."""
-        files = self.writer.close({"calls": self.calls, "steps": self.steps})
+        files = self.writer.close({"calls": self.calls, "steps": self.steps, "component": self.component})
         self.reader = RecordReader.of(self.writer) if self.writer.folder is None else \
             RecordReader.open(self.writer.folder, self.writer.name, files, "torch")
         return files
@@ -67,6 +68,10 @@ class Recording:
     def call(self, index: int) -> Optional[Dict[str, Any]]:
         given = self.calls[index] if index < len(self.calls) else None
         return None if given is None else self.reader.decode(given)
+
+    def component_call(self) -> Optional[Dict[str, Any]]:
+        """The inputs of the component call kept (:mod:`.component_call`), or None."""
+        return None if self.component is None else self.reader.decode(self.component)
 
     def step(self, index: int) -> Dict[str, np.ndarray]:
         return {name: self.reader.decode(v) for name, v in self.steps[index].items()}

@@ -26,6 +26,7 @@ from ..pipelines.frameworks import Framework, framework
 from ..pipelines.loop import denoising_loop
 from ..pipelines.settings import Settings
 from .boundary import Boundary, Recording
+from .component_call import recorded
 from .records import RecordWriter
 from .plan import Plan
 
@@ -109,7 +110,8 @@ class Everything:
 
 def run(loaded: Loaded, plan: Plan, *, generator: Optional[CountingGenerator] = None,
         record_calls: Optional[Container[int]] = None, record_steps: bool = False,
-        feed: Optional[Recording] = None, record: Optional[RecordWriter] = None) -> Side:
+        feed: Optional[Recording] = None, record: Optional[RecordWriter] = None,
+        record_component: Optional[str] = None) -> Side:
     """Run a loaded pipeline as the plan says (seed, scheduler, inputs) and record it.
 
     A new scheduler is built for the run (``plan.scheduler``). MindSpore runs in
@@ -120,7 +122,8 @@ def run(loaded: Loaded, plan: Plan, *, generator: Optional[CountingGenerator] = 
     (``ran["noise"]`` says how it was made; no draws are counted). ``record_calls`` / ``record_steps``: keep those denoiser calls / every step's
     inputs in ``side.recording`` (written by ``record``, a :class:`.records.RecordWriter`, when
     given; else held in memory); ``feed``: run fed the reference's recording (lockstep), with
-    the local error per step in ``side.local_steps``.
+    the local error per step in ``side.local_steps``. ``record_component``: also keep that
+    component's call in the recording (:mod:`.component_call`; ``--layers-component``).
     """
     settings = plan.settings
     if (plan.folder.path, settings.dtype, plan.pipeline, settings.component_dtypes) != (
@@ -146,7 +149,8 @@ def run(loaded: Loaded, plan: Plan, *, generator: Optional[CountingGenerator] = 
     library_pipeline = recipe.runs_library_pipeline(plan.scheduler.cls, settings.dtype)
     start = time.perf_counter()
     with patched(fw.library), fw.running(loaded.device, plan.mindspore_mode, plan.graph_identity()) as state, \
-            fw.half_precision(settings.dtype) as stand_ins, boundary.attached(recipe.denoiser_of(pipe), pipe.scheduler):
+            fw.half_precision(settings.dtype) as stand_ins, boundary.attached(recipe.denoiser_of(pipe), pipe.scheduler), \
+            recorded(fw, pipe, record_component, boundary.recording):
         if library_pipeline:
             images = pipe(**plan.call_arguments(generator), return_dict=False)[0]
         else:
