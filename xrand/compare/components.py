@@ -89,15 +89,15 @@ def components_text(components: Optional[List[Dict[str, Any]]]) -> str:
         if c["name"] == "latents":
             number += f" after {c['steps']} step{'s' if c['steps'] != 1 else ''}"
         if not c["over"]:
-            said.append(f"the {c['name']} agree{'s' if c['name'] != 'latents' and 'embeddings' not in c['name'] else ''}"
-                        f" ({number})")
+            plural = c["name"] in ("latents", "prompt embeddings")
+            said.append(f"the {c['name']} agree{'' if plural else 's'} ({number})")
             before = c
             continue
         if c["name"] == "latents" and c["first_over"] is not None:
             number += f", over from step {c['first_over'] + 1}"
         elif before is not None and before["name"] == "latents" and before["rel_l2"] > 0 and not c.get("nonfinite"):
             number += f", {c['rel_l2'] / before['rel_l2']:.3g}x the latents'"
-        verb = "part" if c["name"] in ("latents", "prompt embeddings") else "parts"
+        verb = "part" if c["name"] in ("latents", "prompt embeddings") else "parts"  # plural names
         return ", ".join(said) + ("; " if said else "") + f"the {c['name']} {verb} them ({number})"
     return ", ".join(said)
 

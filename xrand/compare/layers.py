@@ -118,7 +118,8 @@ class LayerReport:
                 "over": [m.label for m in self.over], "worst": worst.label if worst else None,
                 "rule": self.rule, "use_floors": self.use_floors, "dtype": self.dtype, "floor": self.floor,
                 "unmatched": self.unmatched, "scope": self.scope,
-                "seconds": self.seconds, "nonfinite": self.nonfinite, "component": self.component, "modules": [m.to_dict() for m in self.modules]}
+                "seconds": self.seconds, "nonfinite": self.nonfinite, "component": self.component,
+                "modules": [m.to_dict() for m in self.modules]}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "LayerReport":

@@ -149,7 +149,8 @@ def run(loaded: Loaded, plan: Plan, *, generator: Optional[CountingGenerator] = 
     library_pipeline = recipe.runs_library_pipeline(plan.scheduler.cls, settings.dtype)
     start = time.perf_counter()
     with patched(fw.library), fw.running(loaded.device, plan.mindspore_mode, plan.graph_identity()) as state, \
-            fw.half_precision(settings.dtype) as stand_ins, boundary.attached(recipe.denoiser_of(pipe), pipe.scheduler), \
+            fw.half_precision(settings.dtype) as stand_ins, \
+            boundary.attached(recipe.denoiser_of(pipe), pipe.scheduler), \
             recorded(fw, pipe, record_component, boundary.recording):
         if library_pipeline:
             images = pipe(**plan.call_arguments(generator), return_dict=False)[0]

@@ -110,7 +110,8 @@ def _covers(done: Mapping[str, Any], wanted: Mapping[str, Any], stage: str) -> b
     if stage == "torch":
         return (done["lockstep"] or not wanted["lockstep"]) and \
             (wanted["layers_step"] is None or done["layers_step"] == wanted["layers_step"]) and \
-            (wanted["layers_component"] in (None, DENOISER) or done.get("layers_component") == wanted["layers_component"])
+            (wanted["layers_component"] in (None, DENOISER) or
+             done.get("layers_component") == wanted["layers_component"])
     return done == wanted
 
 

@@ -107,7 +107,8 @@ def plot_divergence(c: Any, path: str) -> None:
                    label=f"noise floor {floor:.3g}: torch {c.settings.dtype} vs float64, final images")
     for framework, seen in c.nonfinite_seen().items():
         if seen.get("step") is not None:  # the numbers after it are over the values still finite
-            ax.axvline(seen["step"] + 1, color="c", lw=2, label=f"{framework}: {seen['kind']} from step {seen['step'] + 1}")
+            ax.axvline(seen["step"] + 1, color="c", lw=2,
+                       label=f"{framework}: {seen['kind']} from step {seen['step'] + 1}")
     _finish_errors(fig, ax, band, steps, 30, "denoising step",
                    f"{c.frameworks[0]} vs {c.frameworks[1]}: error per step", path)
 
