@@ -231,12 +231,14 @@ def _layer_options(args):
     if not args.layers:
         given = [flag for flag, value in (("--layers-step", args.layers_step), ("--layer-tolerance",
                  args.layer_tolerance), ("--layers-dump", args.layers_dump), ("--layers-module", names or None),
-                 ("--layers-scope", scope or None)) if value is not None]
+                 ("--layers-scope", scope or None), ("--layers-component", args.layers_component))
+                 if value is not None]
         if given:
             raise UsageError(f"{given[0]} needs --layers")
         return None
     return LayerOptions(step=0 if args.layers_step is None else args.layers_step, threshold=args.layer_tolerance,
-                        dump=names, dump_dir=args.layers_dump, scope=scope)
+                        dump=names, dump_dir=args.layers_dump, scope=scope,
+                        component=args.layers_component or "denoiser")
 
 
 def _compare_matrix(args, out_dir: str) -> int:
@@ -445,6 +447,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--layers-scope", action="append", metavar="PREFIX",
                    help="record and compare only the modules under PREFIX, e.g. down_blocks.1 (repeatable; default: "
                         "every module); a real-sized model's full record is large")
+    p.add_argument("--layers-component", metavar="NAME",
+                   help="look into another component's call instead of the denoiser's: vae (its decode of torch's "
+                        "final latents), text_encoder, text_encoder_2, text_encoder_3 (their call on the prompt)")
     p.add_argument("--only", choices=list(_INSTALLED),
                    help="run only this framework's stages into --out and stop (two machines: --only torch on the "
                         "torch one, copy --out, then --only mindspore there, which takes every setting from --out)")

@@ -2,12 +2,15 @@
 
 Modules, each importing only those above it in this list: :mod:`.trees` (nested inputs and
 outputs), :mod:`.metrics`, :mod:`.records` (tensors kept by key, in memory or in files),
-:mod:`.plan` (settings resolved once), :mod:`.boundary` (the denoiser and scheduler calls:
-recorded, fed), :mod:`.sides` (one framework's run), :mod:`.known` (measured causes a verdict
-names), :mod:`.result` (two sides compared), :mod:`.floor` (torch's own noise floor),
-:mod:`.layers` (which module parts them), :mod:`.sidefile` (a side in a file), :mod:`.stages`
-(the stages of every comparison and their one runner, in memory or in a comparison folder that
-two machines share), :mod:`.run` (both sides in one process), :mod:`.matrix` (every scheduler).
+:mod:`.plan` (settings resolved once), :mod:`.components` (which component parts them: prompt
+embeddings, latents, decode), :mod:`.nonfinite` (the first NaN or Inf), :mod:`.boundary` (the
+denoiser and scheduler calls: recorded, fed), :mod:`.component_call` (the VAE's or a text
+encoder's call, for ``--layers-component``), :mod:`.sides` (one framework's run), :mod:`.weights`
+(the loaded weights against the files), :mod:`.known` (measured causes a verdict names),
+:mod:`.result` (two sides compared), :mod:`.floor` (torch's own noise floor), :mod:`.layers`
+(which module parts them), :mod:`.sidefile` (a side in a file), :mod:`.stages` (the stages of
+every comparison and their one runner, in memory or in a comparison folder that two machines
+share), :mod:`.run` (both sides in one process), :mod:`.matrix` (every scheduler).
 """
 from .layers import LayerOptions
 from .plan import DEFAULT_TOLERANCE, Plan, make_plan

@@ -26,7 +26,9 @@ from typing import Any, Callable, Container, Dict, Iterator, List, Mapping, Opti
 
 import numpy as np
 
+from .components import prompt_inputs
 from .metrics import metrics
+from .nonfinite import first_seen
 from .records import RecordReader, RecordWriter
 from .trees import Capture, Captured, arrays, convertible, leaves, restore
 
@@ -44,6 +46,7 @@ class Recording:
         tree = reader.tree if reader is not None else {"calls": [], "steps": []}
         self.calls: List[Any] = tree["calls"]
         self.steps: List[Dict[str, Any]] = tree["steps"]
+        self.component: Any = tree.get("component")  # another component's call (.component_call)
 
     def add_call(self, index: int, inputs: Dict[str, Any]) -> None:
         self.calls.extend([None] * (index + 1 - len(self.calls)))
@@ -57,7 +60,7 @@ class Recording:
 
     def close(self) -> Dict[str, Any]:
         """Done recording: write what is left (a folder's record); the files written."""
-        files = self.writer.close({"calls": self.calls, "steps": self.steps})
+        files = self.writer.close({"calls": self.calls, "steps": self.steps, "component": self.component})
         self.reader = RecordReader.of(self.writer) if self.writer.folder is None else \
             RecordReader.open(self.writer.folder, self.writer.name, files, "torch")
         return files
@@ -65,6 +68,10 @@ class Recording:
     def call(self, index: int) -> Optional[Dict[str, Any]]:
         given = self.calls[index] if index < len(self.calls) else None
         return None if given is None else self.reader.decode(given)
+
+    def component_call(self) -> Optional[Dict[str, Any]]:
+        """The inputs of the component call kept (:mod:`.component_call`), or None."""
+        return None if self.component is None else self.reader.decode(self.component)
 
     def step(self, index: int) -> Dict[str, np.ndarray]:
         return {name: self.reader.decode(v) for name, v in self.steps[index].items()}
@@ -195,6 +202,8 @@ class Boundary:
         self.record_steps = record_steps
         self.feed = feed
         self.first_input: Optional[np.ndarray] = None
+        self.prompt: Dict[str, np.ndarray] = {}  # the prompt embeddings the first denoiser call got
+        self.nonfinite: Optional[Dict[str, Any]] = None  # where a NaN or Inf was first seen (.nonfinite)
         self.drawn_before_steps = 0
         self.outputs: List[np.ndarray] = []
         self.timesteps: List[float] = []
@@ -233,7 +242,19 @@ class Boundary:
             args, kwargs = fed_call(signature, args, kwargs, given, self.fw)
         if self.record_calls is not None and index in self.record_calls:
             self.recording.add_call(index, self._capture(named_inputs(signature, args, kwargs)))
-        return call(*args, **kwargs)
+        if index == 0:
+            self.prompt = prompt_inputs(named_inputs(signature, args, kwargs), self.fw)
+            self.watch("prompt embeddings", self.prompt.values())
+        out = call(*args, **kwargs)
+        if self.nonfinite is None:
+            self.watch("denoiser output", [self.fw.to_numpy(v) for v in leaves(out) if self.fw.is_tensor(v)],
+                       call=index)
+        return out
+
+    def watch(self, component: str, values: Any, **where: Any) -> None:
+        """Keep the first place a NaN or Inf shows (``step``: the scheduler step it belongs to)."""
+        if self.nonfinite is None:
+            self.nonfinite = first_seen(component, values, **{"step": len(self.outputs), **where})
 
     def _step(self, original: Callable[..., Any], bound: inspect.BoundArguments) -> Any:
         index = len(self.outputs)
@@ -254,6 +275,7 @@ class Boundary:
         out = original(*bound.args, **bound.kwargs)
         prev = out.prev_sample if hasattr(out, "prev_sample") else out[0]
         self.outputs.append(self.fw.to_numpy(prev))
+        self.watch("latents", [self.outputs[-1]], step=index)
         self.timesteps.append(float(bound.arguments["timestep"]))
         if given is not None:
             self.local.append({"timestep": self.timesteps[-1],

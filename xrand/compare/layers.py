@@ -20,6 +20,7 @@ written only for the modules named in ``dump``.
 from __future__ import annotations
 
 import difflib
+import inspect
 import math
 import os
 import tempfile
@@ -34,7 +35,9 @@ from ..pipelines.frameworks import framework, mindspore_mode
 from ..pipelines.widen import widened_per_call
 from ..registry import backend
 from .boundary import as_call, call_signature
+from .component_call import DENOISER, METHODS, call_name, entry
 from .metrics import Errors, module_metrics
+from .nonfinite import nonfinite_count
 from .records import RecordReader, RecordWriter
 from .trees import Capture, Captured, arrays, convertible, leaves, map_leaves, named_leaves, restore
 
@@ -96,6 +99,8 @@ class LayerReport:
     use_floors: bool = False  # each call's limit is at least LAYER_FLOOR_MULTIPLE x its own torch floor
     dtype: str = "float32"  # the denoiser's dtype on both sides: each floor is torch in it vs float64
     scope: List[str] = field(default_factory=list)  # module prefixes compared (--layers-scope); empty: all
+    nonfinite: Optional[Dict[str, Any]] = None  # MindSpore's first call (as run) whose output holds NaN or Inf
+    component: str = DENOISER  # whose call (--layers-component): the denoiser's at the step, or another's
 
     @property
     def over(self) -> List[ModuleDiff]:
@@ -113,7 +118,8 @@ class LayerReport:
                 "over": [m.label for m in self.over], "worst": worst.label if worst else None,
                 "rule": self.rule, "use_floors": self.use_floors, "dtype": self.dtype, "floor": self.floor,
                 "unmatched": self.unmatched, "scope": self.scope,
-                "seconds": self.seconds, "modules": [m.to_dict() for m in self.modules]}
+                "seconds": self.seconds, "nonfinite": self.nonfinite, "component": self.component,
+                "modules": [m.to_dict() for m in self.modules]}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "LayerReport":
@@ -132,13 +138,16 @@ class LayerReport:
                    unmatched=dict(data["unmatched"]), floor=data["floor"], step=data["step"],
                    timestep=number(data["timestep"]), seconds=float(data["seconds"]), rule=data["rule"],
                    use_floors=bool(data["use_floors"]), dtype=data.get("dtype", "float32"),
-                   scope=list(data.get("scope") or []))
+                   scope=list(data.get("scope") or []), nonfinite=data.get("nonfinite"),
+                   component=data.get("component", DENOISER))
 
     def summary(self, passed: Optional[bool] = None) -> str:
         """The console's lines: the culprit (the first call over its limit whose submodules stay
         within), how many calls are over, and the worst of them. ``passed``: the comparison's
         verdict; where it passed, the culprit is where its within-tolerance difference starts."""
         where = f"at step {self.step} (timestep {self.timestep:g})" if self.step is not None else "in one call"
+        if self.component != DENOISER:
+            where = f"in {call_name(self.component)}"
         if self.culprit is None:
             largest = max((m for m in self.modules if m.local_rel_l2 is not None), key=lambda m: m.local_rel_l2,
                           default=None)
@@ -382,7 +391,8 @@ def mindspore_layers(reader: RecordReader, meta: Mapping[str, Any], ms_cell: Any
     cells = {name: cell for name, cell in ms_cell.cells_and_names() if in_scope(name, scope)}
     errors = Errors()
     dumps: Dict[str, List[Tuple[str, np.ndarray]]] = {}
-    ms_called = _ms_as_run(ms_cell, cells, index, errors, root_args, root_kwargs, set(dump), dumps)
+    nonfinite: Dict[str, Any] = {}
+    ms_called = _ms_as_run(ms_cell, cells, index, errors, root_args, root_kwargs, set(dump), dumps, nonfinite)
     _ms_fed(ms_cell, cells, index, errors, root_args, root_kwargs, set(dump), dumps)
 
     rows = []
@@ -414,7 +424,7 @@ def mindspore_layers(reader: RecordReader, meta: Mapping[str, Any], ms_cell: Any
     return LayerReport(threshold=threshold, modules=rows, culprit=culprit.label if culprit else None,
                        unmatched=unmatched, floor=floor_info, step=step, timestep=timestep,
                        seconds=time.perf_counter() - start, dumped=list(dump), rule=rule,
-                       use_floors=use_floors, dtype=meta["dtype"], scope=list(scope))
+                       use_floors=use_floors, dtype=meta["dtype"], scope=list(scope), nonfinite=nonfinite or None)
 
 
 def _torch_calls(torch_module: Any, args: Sequence[Any], kwargs: Mapping[str, Any], writer: RecordWriter,
@@ -460,26 +470,32 @@ def _torch_calls(torch_module: Any, args: Sequence[Any], kwargs: Mapping[str, An
 
 def _ms_as_run(ms_cell: Any, cells: Mapping[str, Any], index: Mapping[Tuple[str, int], _Call], errors: Errors,
                args: Sequence[Any], kwargs: Mapping[str, Any], dump: set,
-               dumps: Dict[str, List[Tuple[str, np.ndarray]]]) -> set:
+               dumps: Dict[str, List[Tuple[str, np.ndarray]]], nonfinite: Dict[str, Any]) -> set:
     """2. MindSpore as run: each call's global error (and msprobe's metrics), reduced at once;
-    returns the names of the cells that ran."""
+    returns the names of the cells that ran. ``nonfinite`` gets the first call (in the order calls
+    end: the innermost first) whose output holds NaN or Inf, and whether its inputs did."""
     ms = framework("mindspore")
     counts: Dict[str, int] = {}
     stack: List[Tuple[str, int]] = []
+    inputs: List[Any] = []
     called = set()
 
     def pre(cell, a, kw, name):
         k = counts.get(name, 0)
         counts[name] = k + 1
         stack.append((name, k))
+        inputs.append((a, kw))
         called.add(name)
         if name in dump:
             values = map_leaves(lambda v: backend("mindspore").to_numpy(v) if ms.is_tensor(v) else v, (list(a), dict(kw)))
             dumps.setdefault(name, []).extend(_dump_entries(f"call{k}", *values))
 
     def post(cell, a, kw, output, name):
-        key = stack.pop()
+        key, given = stack.pop(), inputs.pop()
         outputs = _ms_values(output)
+        if not nonfinite and nonfinite_count(outputs):
+            nonfinite.update(module=key[0] + (f"#{key[1]}" if key[1] else ""), type=type(cell).__name__,
+                             inputs_finite=not nonfinite_count(_ms_values(given)))
         c = index.get(key)
         if c is not None:
             c.ms_global = errors(c.outputs, outputs, max_abs=True)
@@ -511,7 +527,7 @@ def _ms_fed(ms_cell: Any, cells: Mapping[str, Any], index: Mapping[Tuple[str, in
         if c is None:
             return None
         given_args, given_kwargs = c.args, c.kwargs
-        if not (convertible(given_args) and convertible(given_kwargs)):
+        if not (convertible(given_args) and convertible(given_kwargs)) or not _takes(cell, given_kwargs):
             return None
         if parent is not None:  # what the parent's own operations made of torch's values
             made = errors(arrays((given_args, given_kwargs)), _ms_values((list(a), dict(kw))))
@@ -532,6 +548,21 @@ def _ms_fed(ms_cell: Any, cells: Mapping[str, Any], index: Mapping[Tuple[str, in
         return _with_values(output, reference)  # hand on torch's outputs
 
     _run_hooked(ms_cell, cells, pre, post, args, kwargs)
+
+
+def _takes(cell: Any, kwargs: Mapping[str, Any]) -> bool:
+    """Whether ``cell``'s construct takes these keyword arguments: a text encoder's blocks may name
+    theirs otherwise in mindone's transformers (UMT5Block: torch's ``past_key_values``); such a
+    call runs on its own inputs."""
+    params = _PARAMETERS.get(type(cell))
+    if params is None:
+        found = inspect.signature(cell.construct).parameters.values()
+        params = _PARAMETERS[type(cell)] = None if any(p.kind is p.VAR_KEYWORD for p in found) else \
+            {p.name for p in found}
+    return params is None or all(k in params for k in kwargs)
+
+
+_PARAMETERS: Dict[type, Optional[set]] = {}  # a cell class -> the names its construct takes (None: any)
 
 
 def _write_dump(names: Sequence[str], folder: str, calls: Sequence[_Call],
@@ -610,6 +641,7 @@ class LayerOptions:
     dump: Sequence[str] = ()
     dump_dir: Optional[str] = None
     scope: Sequence[str] = ()  # module prefixes to record and compare (--layers-scope); empty: every module
+    component: str = DENOISER  # whose call to look at (--layers-component): the denoiser, vae, text_encoder...
 
     def check(self, steps: Optional[int] = None) -> "LayerOptions":
         """These options, checked: UsageError naming the value for a step outside ``range(steps)``
@@ -621,6 +653,9 @@ class LayerOptions:
         if steps is not None and not 0 <= self.step < steps:
             raise UsageError(f"--layers-step {self.step} is outside the schedule; accepted: 0 to {steps - 1} "
                              f"(the run has {steps} steps)")
+        if self.component != DENOISER and self.component not in METHODS:
+            raise UsageError(f"--layers-component {self.component!r} is not one xrand looks into; accepted: "
+                             f"{', '.join((DENOISER,) + tuple(METHODS))}")
         if self.threshold is not None:
             object.__setattr__(self, "threshold", check_threshold(self.threshold))  # frozen: normalised once
         object.__setattr__(self, "dump", tuple(self.dump))
@@ -665,10 +700,15 @@ def torch_layers_at_step(torch_side: Any, plan: Any, recording: Any, writer: Opt
     ``plan.layers.step`` (``recording``: the torch run's, which kept that call): the very tensors
     torch's pipeline built there, for any recipe."""
     options, k = plan.layers, plan.layers.step
-    given = recording.call(k) if k < len(recording.calls) else None
+    if options.component != DENOISER:
+        given = recording.component_call()
+        if given is None:
+            raise RuntimeError(f"the torch side made no call of its {options.component}")
+    else:
+        given = recording.call(k) if k < len(recording.calls) else None
     if given is None:
         raise RuntimeError(f"the torch side made no denoiser call {k}")
-    torch_denoiser = plan.recipe.denoiser_of(torch_side.pipe)
+    torch_denoiser = layers_module(torch_side.fw, torch_side.pipe, plan)
     args, kwargs = as_call(call_signature(torch_side.fw, torch_denoiser), given)
     with torch_side.fw.running(torch_side.device, "pynative"):
         return torch_layers(torch_denoiser, args, kwargs, floors=options.threshold is None, scope=options.scope,
@@ -680,10 +720,21 @@ def mindspore_layers_at_step(ms_side: Any, plan: Any, torch_part: TorchLayers, t
     """:func:`mindspore_layers` on the loaded MindSpore side's denoiser, over torch's record."""
     options, k = plan.layers, plan.layers.step
     ms = framework("mindspore")
+    denoiser = options.component == DENOISER
     with ms.running(plan.devices.get("mindspore"), "pynative"), ms.half_precision(plan.settings.dtype):
-        return mindspore_layers(torch_part.reader, torch_part.meta, plan.recipe.denoiser_of(ms_side.pipe),
-                                threshold=options.threshold, dump=options.dump, dump_dir=options.dump_dir,
-                                step=k, timestep=timesteps[k] if k < len(timesteps) else None)
+        report = mindspore_layers(torch_part.reader, torch_part.meta, layers_module(ms, ms_side.pipe, plan),
+                                  threshold=options.threshold, dump=options.dump, dump_dir=options.dump_dir,
+                                  step=k if denoiser else None,
+                                  timestep=timesteps[k] if denoiser and k < len(timesteps) else None)
+    report.component = options.component
+    return report
+
+
+def layers_module(fw: Any, pipe: Any, plan: Any) -> Any:
+    """What ``--layers`` hooks: the denoiser, or the component ``--layers-component`` names,
+    wrapped so that its call is the one looked at (:func:`.component_call.entry`)."""
+    component = plan.layers.component
+    return plan.recipe.denoiser_of(pipe) if component == DENOISER else entry(fw, pipe, component)
 
 
 def layers_at_step(torch_side: Any, ms_side: Any, plan: Any, recording: Any, timesteps: Sequence[float]

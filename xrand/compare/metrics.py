@@ -32,11 +32,18 @@ def rel_l2(reference: np.ndarray, other: np.ndarray) -> float:
 
 
 def metrics(reference: np.ndarray, other: np.ndarray, data_range: Optional[float] = None) -> Dict[str, float]:
-    """max and mean |a-b|, :func:`rel_l2` and (with a data range) PSNR in dB."""
+    """max and mean |a-b|, :func:`rel_l2` and (with a data range) PSNR in dB; where either side holds
+    NaN or Inf, these over the values finite on both, and ``nonfinite_a`` / ``nonfinite_b``: how
+    many are not on each side."""
     a = np.asarray(reference, dtype=np.float64)
     b = np.asarray(other, dtype=np.float64)
     if a.shape != b.shape:
         raise UsageError(f"cannot compare arrays of shapes {a.shape} and {b.shape}")
+    finite = np.isfinite(a) & np.isfinite(b)
+    counts = {}
+    if not finite.all():  # the numbers over the values finite on both sides, and how many are not
+        counts = {"nonfinite_a": int(a.size - np.isfinite(a).sum()), "nonfinite_b": int(b.size - np.isfinite(b).sum())}
+        a, b = a[finite], b[finite]
     diff = a - b
     size = norm(a)
     out = {
@@ -47,7 +54,7 @@ def metrics(reference: np.ndarray, other: np.ndarray, data_range: Optional[float
     if data_range is not None:
         mse = float(np.mean(diff**2)) if diff.size else 0.0
         out["psnr_db"] = math.inf if mse == 0 else 10 * math.log10(data_range**2 / mse)
-    return out
+    return {**out, **counts}
 
 
 def ssim(a: np.ndarray, b: np.ndarray) -> float:

@@ -9,8 +9,10 @@ import numpy as np
 from ..checks import UsageError
 from ..pipelines.recipes import RECIPES
 from ..pipelines.settings import Settings
+from .components import compare_components, components_text, parted_by
 from .known import known_causes
 from .metrics import metrics
+from .nonfinite import nonfinite_text
 from .plan import DEFAULT_TOLERANCE, check_tolerance
 from .sides import Side
 from .weights import verdict_text as weights_verdict
@@ -38,17 +40,32 @@ class Comparison:
     timesteps_b: Optional[List[float]] = None
     stages: Optional[Dict[str, Any]] = None  # {"done", "missing", "bytes"} of a run into a comparison folder (.stages)
     weights: Optional[Dict[str, Any]] = None  # the loaded weights matched (weights.compare_weights)
+    components: Optional[List[Dict[str, Any]]] = None  # each component's numbers (.components)
+    nonfinite: Optional[Dict[str, Any]] = None  # framework -> where its first NaN or Inf showed (.nonfinite)
 
     @property
     def passed(self) -> bool:
         return self.final["rel_l2"] <= self.tolerance and self.timesteps_b is None and \
-            (self.weights is None or self.weights["passed"])
+            (self.weights is None or self.weights["passed"]) and not self.nonfinite_seen()
+
+    def nonfinite_seen(self) -> Dict[str, Dict[str, Any]]:
+        """Each side's first NaN or Inf (:mod:`.nonfinite`), with the module ``--layers`` found
+        making it where it looked at that call."""
+        seen = {fw: dict(where) for fw, where in (self.nonfinite or {}).items() if where}
+        found = getattr(self.layers, "nonfinite", None)
+        mine = seen.get("mindspore")
+        if found and mine and getattr(self.layers, "component", "denoiser") == "denoiser" and \
+                mine.get("call") == self.layers.step:
+            mine.update(found)
+        return seen
 
     def verdict(self) -> str:
         a, b = self.frameworks
         word = "PASS" if self.passed else "FAIL"
         noise = " (native noise: each library's own generator)" if self.settings.noise == "native" else ""
-        line = (f"{word}: {a} vs {b}{noise} after {self.steps_text()}, relative L2 {self.final['rel_l2']:.3g} "
+        first = nonfinite_text(self.nonfinite_seen())
+        line = (f"{word}: {first + '; ' if first else ''}{a} vs {b}{noise} after {self.steps_text()}, "
+                f"relative L2 {self.final['rel_l2']:.3g} "
                 f"(tolerance {self.tolerance:g}), max |diff| {self.final['max_abs']:.3g}, "
                 f"PSNR {self.final['psnr_db']:.1f} dB")
         if self.noise_floor is not None:
@@ -59,9 +76,16 @@ class Comparison:
                      f"{_short(self.timesteps_b)}): the two libraries schedule this config differently")
         if self.weights is not None and not self.weights["passed"]:
             line += "; " + weights_verdict(self.weights)
+        if self.components:
+            line += "; " + components_text(self.components)
         if self.stages and self.stages["missing"]:
             line += f" (still missing: {', '.join(self.stages['missing'])})"
         return line
+
+    @property
+    def parted_by(self) -> Optional[str]:
+        """The first component over its limit (:mod:`.components`), or None."""
+        return parted_by(self.components)
 
     def known_causes(self) -> List[str]:
         """The measured causes (:mod:`.known`) of what this verdict shows, for what ran."""
@@ -120,11 +144,12 @@ def compare_sides(a: Side, b: Side, tolerance: Optional[float] = None,
     difference: a FAIL that names them, not a refusal."""
     check_comparable(a, b)
     tolerance = DEFAULT_TOLERANCE[a.settings.dtype] if tolerance is None else check_tolerance(tolerance)
+    final = final_metrics(a.images, b.images)
     return Comparison(
         settings=a.settings,
         frameworks=[a.framework, b.framework],
         tolerance=tolerance,
-        final=final_metrics(a.images, b.images),
+        final=final,
         initial_noise=metrics(a.initial_noise, b.initial_noise),
         global_steps=[metrics(x, y) for x, y in zip(a.states, b.states)],
         local_steps=local_steps,
@@ -135,6 +160,9 @@ def compare_sides(a: Side, b: Side, tolerance: Optional[float] = None,
         images={"a": a.images, "b": b.images},
         ran={"a": a.ran, "b": b.ran},
         timesteps_b=None if same_timesteps(a.timesteps, b.timesteps) else list(b.timesteps),
+        nonfinite={a.framework: a.nonfinite, b.framework: b.nonfinite} if a.nonfinite or b.nonfinite else None,
+        components=compare_components(a.prompt, b.prompt, a.states, b.states, final, tolerance,
+                                      "VAE decode" if "vae" in (a.ran.get("component_dtypes") or {}) else "output"),
     )
 
 

@@ -1,6 +1,7 @@
 """One side of a comparison in a file, for machines that can only run one framework.
 
-A safetensors file: tensors ``images``, ``initial_noise``, ``states``; metadata key
+A safetensors file: tensors ``images``, ``initial_noise``, ``states`` and ``prompt.NAME`` (the
+prompt embeddings the denoiser got, :mod:`.components`; none without a prompt); metadata key
 ``xrand_side`` holds the settings, framework, timesteps, timing and environment as JSON.
 """
 from __future__ import annotations
@@ -19,6 +20,7 @@ from .sides import Side
 
 SIDE_VERSION = 1
 _TENSORS = ("images", "initial_noise", "states")
+PROMPT = "prompt."
 
 
 def save_side(side: Side, path: str) -> str:
@@ -34,8 +36,10 @@ def save_side(side: Side, path: str) -> str:
         "device": side.device,
         "environment": side.environment,
         "ran": side.ran,
+        "nonfinite": side.nonfinite,
     }
     tensors = {name: np.ascontiguousarray(getattr(side, name), dtype=np.float32) for name in _TENSORS}
+    tensors.update({PROMPT + name: np.ascontiguousarray(a, dtype=np.float32) for name, a in side.prompt.items()})
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     with atomic_path(path) as tmp:
@@ -76,6 +80,8 @@ def load_side(path: str) -> Side:
             environment=meta.get("environment", {}),
             device=meta.get("device", "cpu"),
             ran=meta.get("ran", {}),
+            nonfinite=meta.get("nonfinite"),
+            prompt={name[len(PROMPT):]: a for name, a in tensors.items() if name.startswith(PROMPT)},
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise UsageError(f"{path!r} is a damaged xrand side file: {exc}") from None

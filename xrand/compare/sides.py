@@ -27,6 +27,7 @@ from ..pipelines.lora import use_loras
 from ..pipelines.loop import denoising_loop
 from ..pipelines.settings import Settings
 from .boundary import Boundary, Recording
+from .component_call import recorded
 from .records import RecordWriter
 from .plan import Plan
 
@@ -57,6 +58,8 @@ class Side:
     ran: Dict[str, Any] = field(default_factory=dict)
     recording: Optional[Recording] = field(default=None, repr=False)
     local_steps: Optional[List[Dict[str, Any]]] = field(default=None, repr=False)
+    prompt: Dict[str, np.ndarray] = field(default_factory=dict, repr=False)  # components.PROMPT_INPUTS given
+    nonfinite: Optional[Dict[str, Any]] = None  # where a NaN or Inf first showed (.nonfinite), None: nowhere
 
 
 @dataclass
@@ -116,7 +119,8 @@ class Everything:
 
 def run(loaded: Loaded, plan: Plan, *, generator: Optional[CountingGenerator] = None,
         record_calls: Optional[Container[int]] = None, record_steps: bool = False,
-        feed: Optional[Recording] = None, record: Optional[RecordWriter] = None) -> Side:
+        feed: Optional[Recording] = None, record: Optional[RecordWriter] = None,
+        record_component: Optional[str] = None) -> Side:
     """Run a loaded pipeline as the plan says (seed, scheduler, inputs) and record it.
 
     A new scheduler is built for the run (``plan.scheduler``). MindSpore runs in
@@ -127,7 +131,8 @@ def run(loaded: Loaded, plan: Plan, *, generator: Optional[CountingGenerator] = 
     (``ran["noise"]`` says how it was made; no draws are counted). ``record_calls`` / ``record_steps``: keep those denoiser calls / every step's
     inputs in ``side.recording`` (written by ``record``, a :class:`.records.RecordWriter`, when
     given; else held in memory); ``feed``: run fed the reference's recording (lockstep), with
-    the local error per step in ``side.local_steps``.
+    the local error per step in ``side.local_steps``. ``record_component``: also keep that
+    component's call in the recording (:mod:`.component_call`; ``--layers-component``).
     """
     settings = plan.settings
     if (plan.folder.path, settings.dtype, plan.pipeline, settings.component_dtypes, _loras(settings)) != (
@@ -153,7 +158,9 @@ def run(loaded: Loaded, plan: Plan, *, generator: Optional[CountingGenerator] = 
     library_pipeline = recipe.runs_library_pipeline(plan.scheduler.cls, settings.dtype)
     start = time.perf_counter()
     with patched(fw.library), fw.running(loaded.device, plan.mindspore_mode, plan.graph_identity()) as state, \
-            fw.half_precision(settings.dtype) as stand_ins, boundary.attached(recipe.denoiser_of(pipe), pipe.scheduler):
+            fw.half_precision(settings.dtype) as stand_ins, \
+            boundary.attached(recipe.denoiser_of(pipe), pipe.scheduler), \
+            recorded(fw, pipe, record_component, boundary.recording):
         if library_pipeline:
             images = pipe(**plan.call_arguments(generator), return_dict=False)[0]
         else:
@@ -163,10 +170,12 @@ def run(loaded: Loaded, plan: Plan, *, generator: Optional[CountingGenerator] = 
         raise RuntimeError(f"{recipe.pipeline} on {fw.name} never called scheduler.step")
     if boundary.recording is not None:
         boundary.recording.close()
+    images = np.asarray(images, dtype=np.float32)
+    boundary.watch("decoded output", [images], step=None)
     return Side(
         framework=fw.name,
         settings=settings,
-        images=np.asarray(images, dtype=np.float32),
+        images=images,
         initial_noise=boundary.first_input,
         states=np.stack(boundary.outputs),
         timesteps=boundary.timesteps,
@@ -191,6 +200,8 @@ def run(loaded: Loaded, plan: Plan, *, generator: Optional[CountingGenerator] = 
         },
         recording=boundary.recording,
         local_steps=boundary.local if feed is not None else None,
+        prompt=boundary.prompt,
+        nonfinite=boundary.nonfinite,
     )
 
 

@@ -43,8 +43,9 @@ from ..pipelines.folder import component_digests
 from ..pipelines.settings import Settings
 from .boundary import Recording
 from .floor import pipeline_floor
-from .layers import (LayerOptions, LayerReport, TorchLayers, check_module_names, check_scope, mindspore_layers_at_step,
-                     torch_layers_at_step)
+from .component_call import DENOISER
+from .layers import (LayerOptions, LayerReport, TorchLayers, check_module_names, check_scope, layers_module,
+                     mindspore_layers_at_step, torch_layers_at_step)
 from .plan import Plan, make_plan
 from .records import RecordReader, RecordWriter, check_file, file_entry
 from .result import Comparison, compare_sides
@@ -97,12 +98,13 @@ class Asks:
         another key is made again (torch's records for lockstep, the layers' step and scope)."""
         o = self.layers
         if stage == "torch":
-            return {"lockstep": self.lockstep, "layers_step": None if o is None else o.step}
+            return {"lockstep": self.lockstep, "layers_step": None if o is None or o.component != DENOISER else o.step,
+                    "layers_component": None if o is None else o.component}
         if stage == "torch layers":
-            return {"step": o.step, "floors": o.threshold is None, "scope": list(o.scope)}
+            return {"step": o.step, "floors": o.threshold is None, "scope": list(o.scope), "component": o.component}
         if stage == "mindspore layers":
             return json_safe({"step": o.step, "threshold": o.threshold, "dump": list(o.dump), "dump_dir": o.dump_dir,
-                              "scope": list(o.scope)})
+                              "scope": list(o.scope), "component": o.component})
         return {}
 
     def to_dict(self) -> Dict[str, Any]:
@@ -121,7 +123,9 @@ def _covers(done: Mapping[str, Any], wanted: Mapping[str, Any], stage: str) -> b
     serve a run without lockstep too)."""
     if stage == "torch":
         return (done["lockstep"] or not wanted["lockstep"]) and \
-            (wanted["layers_step"] is None or done["layers_step"] == wanted["layers_step"])
+            (wanted["layers_step"] is None or done["layers_step"] == wanted["layers_step"]) and \
+            (wanted["layers_component"] in (None, DENOISER) or
+             done.get("layers_component") == wanted["layers_component"])
     return done == wanted
 
 
@@ -457,11 +461,13 @@ def _own_process(plan: Plan, store: Store, pipes: Any) -> bool:
 
 def _torch(plan: Plan, store: Store, pipes: Any) -> None:
     asks = store.asks
-    record_calls = Everything() if asks.lockstep else {asks.layers.step} if asks.layers is not None else None
+    component = asks.layers.component if asks.layers is not None else None
+    record_calls = Everything() if asks.lockstep else set() if component not in (None, DENOISER) else \
+        {asks.layers.step} if asks.layers is not None else None
     writer = store.writer("torch-run") if record_calls is not None else None
     start = time.perf_counter()
     side = fingerprinted(run(pipes.get("torch"), plan, record_calls=record_calls, record_steps=asks.lockstep,
-                             record=writer))
+                             record=writer, record_component=component))
     files = store.save_side(side)
     files.update(writer.files if writer is not None else {})
     store.finish("torch", files=files, held=side, seconds=time.perf_counter() - start)
@@ -631,7 +637,8 @@ def run_stages(store: Store, pipes: Any, frameworks: Sequence[str] = ("torch", "
         say(f"xrand: {store.folder}/ holds this comparison's {', '.join(done_before)}; "
             f"running {', '.join(todo) or 'nothing more here'}")
     if asks.layers is not None and (asks.layers.dump or asks.layers.scope) and "torch layers" in todo:
-        denoiser = plan.recipe.denoiser_of(pipes.get("torch").pipe)  # the names checked before anything is written
+        loaded = pipes.get("torch")
+        denoiser = layers_module(loaded.fw, loaded.pipe, plan)  # the names checked before anything is written
         check_module_names(denoiser, asks.layers.dump)
         check_scope((name for name, _ in denoiser.named_modules()), asks.layers.scope, type(denoiser).__name__)
     if todo:

@@ -36,6 +36,9 @@ def report_dict(c: Comparison, reproduce: Optional[str] = None) -> Dict[str, Any
         "settings": dict(asdict(c.settings), ran=c.ran),
         "tolerance": {"metric": "rel_l2 of the final images", "value": c.tolerance},
         "final": c.final,
+        "components": c.components,
+        "parted_by": c.parted_by,
+        "nonfinite": {fw: c.nonfinite_seen().get(fw) for fw in c.frameworks},
         "initial_noise": c.initial_noise,
         "steps_ran": c.steps_ran(),
         "steps": [

@@ -79,7 +79,7 @@ def layers_csv(layers: Dict[str, Any]) -> str:
         label = (m["name"] or "(denoiser)") + (f"#{m['call']}" if m.get("call") else "")
         absent = [key for key in METRIC_KEYS.values() if key not in m]
         limit = limit_of(m, layers)
-        local = m.get("local_rel_l2")
+        local = None if m.get("local_rel_l2") is None else float(m["local_rel_l2"])  # "nan": json_safe's NaN
         message = f"not in report.json: {', '.join(absent)}" if absent else ""
         writer.writerow([label, label] + [_cell(m.get(key)) for key in METRIC_KEYS.values()] + [message] + [
             m.get("type", ""), m.get("call", 0), _cell(m.get("rel_l2")), _cell(local), _cell(m.get("floor_rel_l2")),

@@ -25,7 +25,8 @@ def plot_comparison(c: Any, path: str, max_items: int = 8) -> None:
         a, b = a[:, frames].reshape(-1, *a.shape[2:]), b[:, frames].reshape(-1, *b.shape[2:])
     rows = len(a)
     fig, axes = plt.subplots(rows, 3, figsize=(9, 3 * rows + 0.9), squeeze=False, layout="constrained")
-    diff_max = float(np.max(np.abs(a - b))) or 1e-12
+    diff = np.abs(a - b)
+    diff_max = float(np.max(diff, initial=0.0, where=np.isfinite(diff))) or 1e-12
     for i in range(rows):
         for j, (img, title) in enumerate([(a[i], c.frameworks[0]), (b[i], c.frameworks[1])]):
             ax = axes[i, j]
@@ -33,16 +34,28 @@ def plot_comparison(c: Any, path: str, max_items: int = 8) -> None:
                 ax.imshow(img[..., 0], cmap="gray", vmin=0, vmax=1, interpolation="nearest")
             else:
                 ax.imshow(np.clip(img, 0, 1), interpolation="nearest")
-            ax.set_title(f"{title} {labels[i]}")
+            ax.set_title(f"{title} {labels[i]}{_mark_nonfinite(ax, img)}")
             ax.axis("off")
-        heat = axes[i, 2].imshow(np.abs(a[i] - b[i]).max(axis=-1), cmap="magma", vmin=0, vmax=diff_max,
-                                 interpolation="nearest")
-        axes[i, 2].set_title(f"|difference| {labels[i]}")
+        heat = axes[i, 2].imshow(np.nan_to_num(diff[i].max(axis=-1), nan=0.0, posinf=diff_max), cmap="magma", vmin=0,
+                                 vmax=diff_max, interpolation="nearest")
+        axes[i, 2].set_title(f"|difference| {labels[i]}{_mark_nonfinite(axes[i, 2], diff[i])}")
         axes[i, 2].axis("off")
         fig.colorbar(heat, ax=axes[i, 2], fraction=0.046)
     fig.suptitle(wrap(c.verdict(), 125), fontsize=9)
     fig.savefig(path, format="png", dpi=100)
     plt.close(fig)
+
+
+def _mark_nonfinite(ax: Any, img: np.ndarray) -> str:
+    """Paint the pixels of ``img`` (H, W, C) that hold NaN or Inf cyan on ``ax``; a title's note of
+    how many there are ('' where none)."""
+    bad = ~np.isfinite(img).all(axis=-1)
+    if not bad.any():
+        return ""
+    overlay = np.zeros(bad.shape + (4,))
+    overlay[bad] = (0.0, 1.0, 1.0, 1.0)
+    ax.imshow(overlay, interpolation="nearest")
+    return f"\n{int(bad.sum())} pixels NaN/Inf (cyan)"
 
 
 def plot_frames(c: Any, path: str) -> None:
@@ -92,6 +105,10 @@ def plot_divergence(c: Any, path: str) -> None:
     if floor is not None:
         ax.axhline(band([floor])[0], color="0.35", lw=1, ls="-.",
                    label=f"noise floor {floor:.3g}: torch {c.settings.dtype} vs float64, final images")
+    for framework, seen in c.nonfinite_seen().items():
+        if seen.get("step") is not None:  # the numbers after it are over the values still finite
+            ax.axvline(seen["step"] + 1, color="c", lw=2,
+                       label=f"{framework}: {seen['kind']} from step {seen['step'] + 1}")
     _finish_errors(fig, ax, band, steps, 30, "denoising step",
                    f"{c.frameworks[0]} vs {c.frameworks[1]}: error per step", path)
 
