@@ -90,7 +90,8 @@ def side_weights(fw: Any, pipe: Any, folder: Any, components: Mapping[str, str],
             reference = against.get(key) if against else None
             if reference is None and (component, name) in files:
                 reference = rounded(read_tensor(*files[component, name]), dtype)
-            entry = {"shape": list(values.shape), "dtype": dtype, "sha256": None, "file_max_abs": None, "scale": None}
+            entry = {"shape": list(values.shape), "dtype": dtype, "sha256": None, "file_max_abs": None, "scale": None,
+                     "in_file": bool(folder.single_file) or (component, name) in files}
             if reference is not None and reference.shape == values.shape:
                 entry["file_max_abs"] = max_abs_difference(values, reference)
                 if against is not None and key in against:
@@ -175,8 +176,12 @@ def compare_weights(a: Mapping[str, Any], b: Mapping[str, Any]) -> Dict[str, Any
                                    "limit": None, "problem": None}
             if x is None or y is None:
                 only = names[0] if y is None else names[1]
-                row.update(problem=f"only {only} has it", shape=(x or y)["shape"], dtype=(x or y)["dtype"])
-                problems.append(f"{component}/{name} only on {only}")
+                row.update(shape=(x or y)["shape"], dtype=(x or y)["dtype"])
+                if not (x or y).get("in_file", True):  # made by the model's code (SD3's sinusoidal pos_embed), not loaded
+                    row["note"] = f"not in the weight files: {only} makes it as a parameter, the other as a buffer"
+                else:
+                    row["problem"] = f"only {only} has it"
+                    problems.append(f"{component}/{name} only on {only}")
                 rows.append(row)
                 continue
             same = x["dtype"] == y["dtype"]

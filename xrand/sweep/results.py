@@ -31,7 +31,7 @@ class ResultsFolder:
                     written = json.load(f)["settings"]
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 raise UsageError(f"--out {self.out!r}: {MANIFEST} is unreadable ({exc}); use another folder") from None
-            diffs = _differences(written, identity)
+            diffs = _differences(written, json.loads(json.dumps(json_safe(identity))))  # as JSON holds it (tuples: lists)
             if diffs:
                 raise UsageError(f"--out {self.out!r} holds a sweep with other settings ({'; '.join(diffs)}); "
                                  "use another folder or the same settings")
