@@ -180,8 +180,8 @@ def test_wan_video_per_frame_and_mindones_unscaled_vae_attention(pairs, folders,
     assert "frames.png" in paths and 'alt="error per frame of the video"' in open(paths["report.html"]).read()
 
     scale_wan_vae_attention_as_diffusers(monkeypatch)
-    assert compare_loaded(pairs("wan"), make_plan(settings(folders, files, "wan", steps=3,
-                                                           scheduler=scheduler))).passed
+    scaled = compare_loaded(pairs("wan"), make_plan(settings(folders, files, "wan", steps=3, scheduler=scheduler)))
+    assert scaled.passed, scaled.verdict()
 
 
 def test_timesteps_the_libraries_schedule_differently_are_the_named_cause_of_a_fail(pairs, folders, files, tmp_path):

@@ -17,7 +17,7 @@ import json
 import os
 import struct
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Container, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -50,22 +50,25 @@ class SideWeights:
                 "kept": sorted(self.kept)}
 
 
-def torch_name(framework: str, name: str) -> str:
-    """A parameter's name as torch's module holds it (``MINDSPORE_NAMES``)."""
-    if framework != "mindspore":
+def torch_name(framework: str, name: str, saved: Container[str] = ()) -> str:
+    """A parameter's name as torch's module holds it (``MINDSPORE_NAMES``); a name the weight
+    files hold (``saved``) is its own (Wan's RMS norms call theirs ``gamma`` in both libraries)."""
+    if framework != "mindspore" or name in saved:
         return name
     head, _, last = name.rpartition(".")
     return f"{head}.{MINDSPORE_NAMES[last]}" if last in MINDSPORE_NAMES and head else name
 
 
-def loaded_parameters(fw: Any, module: Any) -> Iterator[Tuple[str, Any]]:
-    """``(torch's name, tensor)`` of every parameter of a loaded component."""
+def loaded_parameters(fw: Any, module: Any, saved: Container[str] = ()) -> Iterator[Tuple[str, Any]]:
+    """``(torch's name, tensor)`` of every parameter of a loaded component, and torch's persistent
+    buffers (saved in the files, such as SD3's pos_embed, which MindSpore holds as a parameter)."""
     if fw.name == "torch":
-        items = module.named_parameters()
+        saved = set(module.state_dict(keep_vars=True))
+        items = list(module.named_parameters()) + [(n, b) for n, b in module.named_buffers() if n in saved]
     else:
         items = module.parameters_and_names()
     for name, tensor in items:
-        yield torch_name(fw.name, name), tensor
+        yield torch_name(fw.name, name, saved), tensor
 
 
 def side_weights(fw: Any, pipe: Any, folder: Any, components: Mapping[str, str],
@@ -83,7 +86,7 @@ def side_weights(fw: Any, pipe: Any, folder: Any, components: Mapping[str, str],
         if module is None:
             continue
         found = tensors.setdefault(component, {})
-        for name, tensor in loaded_parameters(fw, module):
+        for name, tensor in loaded_parameters(fw, module, {n for c, n in files if c == component}):
             dtype = fw.dtype_of(tensor)
             values = np.asarray(fw.capture(tensor)[0]) if dtype == "float64" else fw.to_numpy(tensor)
             key = f"{component}/{name}"
