@@ -150,6 +150,23 @@ def test_sdxl_in_graph_mode_gives_pynatives_bits(pairs, folders, files):
     np.testing.assert_array_equal(graph.images, pynative.images)
 
 
+def test_sdxl_lockstep_in_graph_mode_compiles_no_graph_of_its_own(pairs, folders, files):
+    """Fed torch's values, the UNet's calls find the graphs its free run compiled: the 0-d
+    timestep stays 0-d and ``added_cond_kwargs`` stays ``ms.mutable`` (as mindone passes it); a
+    new graph per call (about 20 s each on 2 cores) was the cost of lockstep here."""
+    from xrand.compare.sides import Everything
+
+    plan = make_plan(settings(folders, files, "sdxl", steps=3), lockstep=True)
+    pair = pairs("sdxl")
+    reference = run(pair.torch, plan, record_calls=Everything(), record_steps=True).recording
+    run(pair.mindspore, plan)  # compiles (or finds) the free run's graphs
+    unet = pair.mindspore.pipe.unet
+    graphs = set(unet.compile_cache)  # MindSpore adds each graph it compiles for the cell here
+    fed = run(pair.mindspore, plan, feed=reference)
+    assert len(fed.local_steps) == 3 and fed.environment["mindspore_mode"] == "graph"
+    assert set(unet.compile_cache) == graphs
+
+
 def test_wan_video_per_frame_and_mindones_unscaled_vae_attention(pairs, folders, files, monkeypatch, tmp_path):
     """mindone 0.5.0's Wan VAE calls FlashAttentionScore with its default scale 1.0
     (mindone/diffusers/models/autoencoders/autoencoder_kl_wan.py, AttentionBlock) where diffusers

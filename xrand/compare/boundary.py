@@ -118,11 +118,20 @@ def as_call(signature: inspect.Signature, named: Dict[str, Any]) -> tuple:
 
 def substitute(own: Any, given: Any, fw: Any) -> Any:
     """``given`` (captured from the reference) in the form of ``own`` (this framework's value):
-    each captured tensor becomes a tensor of ``own``'s dtype there, or a Python number where
-    ``own`` is one, so a MindSpore graph compiled for the side's own calls serves the fed ones."""
+    each captured tensor becomes a tensor of ``own``'s dtype and shape there (a 0-d timestep stays
+    0-d), or a Python number where ``own`` is one, and a container stays mutable where ``own`` is
+    (:meth:`.Framework.like`), so a MindSpore graph compiled for the side's own calls serves the
+    fed ones instead of compiling another per call."""
+    return fw.like(own, _substitute(own, given, fw))
+
+
+def _substitute(own: Any, given: Any, fw: Any) -> Any:
     if isinstance(given, Captured):
         if fw.is_tensor(own):
-            return fw.tensor(given.array, fw.dtype_of(own))
+            array = given.array
+            if array.size == int(np.prod(own.shape)):
+                array = array.reshape(tuple(own.shape))
+            return fw.tensor(array, fw.dtype_of(own))
         if isinstance(own, (int, float)) and not isinstance(own, bool) and given.array.size == 1:
             return type(own)(given.array.item())
         return fw.tensor(given.array, given.dtype)

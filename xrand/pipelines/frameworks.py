@@ -194,6 +194,11 @@ class Framework:
         tensor's dtype, so :meth:`tensor` makes the same tensor again."""
         return np.array(backend(self.name).to_numpy(tensor)), self.dtype_of(tensor)
 
+    def like(self, own: Any, value: Any) -> Any:
+        """``value`` (made to replace ``own``, an input of a compiled call) marked as ``own`` is for
+        the framework's compiler, so that the call finds the graph ``own`` compiled."""
+        return value
+
     def dtype_of(self, tensor: Any) -> str:
         """A tensor's dtype as a name (``"float32"``, ``"int64"``, ``"bool"``)."""
         raise NotImplementedError
@@ -260,7 +265,7 @@ class Torch(Framework):
     def tensor(self, array, dtype=None, device=None):
         import torch
 
-        out = torch.from_numpy(np.ascontiguousarray(array))
+        out = torch.from_numpy(np.asarray(array, order="C"))  # ascontiguousarray makes a 0-d array 1-d
         return out.to(device=device, dtype=None if dtype is None else getattr(torch, dtype))
 
     def is_tensor(self, value):
@@ -361,9 +366,10 @@ class MindSpore(Framework):
     def tensor(self, array, dtype=None, device=None):
         import mindspore as ms
 
+        array = np.asarray(array, order="C")  # ascontiguousarray makes a 0-d array 1-d: another graph
         if dtype is None:
-            return ms.tensor(np.ascontiguousarray(array))
-        return ms.tensor(np.ascontiguousarray(array), dtype=ms.bool_ if dtype == "bool" else getattr(ms, dtype))
+            return ms.tensor(array)
+        return ms.tensor(array, dtype=ms.bool_ if dtype == "bool" else getattr(ms, dtype))
 
     def is_tensor(self, value):
         import mindspore as ms
@@ -372,6 +378,17 @@ class MindSpore(Framework):
 
     def dtype_of(self, tensor):
         return str(tensor.dtype).lower()
+
+    def like(self, own, value):
+        # Graph mode compiles a tensor inside a tuple, list or dict as a constant, keyed by the
+        # tensor object: a new object is a new graph (about 20 s for a tiny SDXL UNet) unless the
+        # container is marked mutable, as mindone's SDXL pipelines mark added_cond_kwargs
+        # (mindspore/graph/api.py _check_recompile_args).
+        if not getattr(own, "__ms_mutable__", False) or getattr(value, "__ms_mutable__", False):
+            return value
+        import mindspore as ms
+
+        return ms.mutable(value, dynamic_len=getattr(own, "__ms_dynamic_len__", False))
 
     def module_dtype(self, module):
         first = next(iter(module.get_parameters()), None)
