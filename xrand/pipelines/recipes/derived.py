@@ -30,6 +30,7 @@ import importlib
 import importlib.util
 import inspect
 import re
+import types
 import typing
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Tuple
@@ -76,11 +77,14 @@ def pipeline_class(name: str) -> type:
                      "components and inputs from the class")
 
 
+_UNIONS = (typing.Union, getattr(types, "UnionType", typing.Union))
+
+
 def _class_names(annotation: Any) -> Tuple[str, ...]:
     """The class names an annotation allows (a Union's members, Optional's inner class)."""
     if annotation is inspect.Parameter.empty:
         return ()
-    if typing.get_origin(annotation) is typing.Union:
+    if typing.get_origin(annotation) in _UNIONS:  # Optional[X], Union[X, Y], X | None (diffusers 0.39)
         return tuple(n for a in typing.get_args(annotation) if a is not type(None) for n in _class_names(a))
     name = getattr(annotation, "__name__", None)
     return (name,) if name else ()
