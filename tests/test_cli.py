@@ -1,6 +1,7 @@
 """The command line: exit codes, one-line errors without tracebacks, outputs, no partial files.
 
 What runs the torch side alone runs without MindSpore; tests taking the ``mindone`` fixture skip there."""
+import importlib.util
 import json
 import os
 import subprocess
@@ -71,7 +72,10 @@ def test_failing_tolerance_exits_1(mindone, tmp_path):
     (["compare", "only_one.safetensors"], "compare takes two side files"),
     (["compare", "a.safetensors", "b.safetensors"], "side file 'a.safetensors' does not exist"),
     (["run", "--backend", "jax", "--out", "x.safetensors"], "--backend 'jax': accepted: torch, mindspore"),
-    (["compare", "--device", "mindspore=tpu"], "unknown MindSpore device 'tpu'"),
+    pytest.param(["compare", "--device", "mindspore=tpu"], "unknown MindSpore device 'tpu'",
+                 marks=pytest.mark.skipif(importlib.util.find_spec("mindone") is None, reason="MindSpore's check")),
+    (["compare", "--only", "torch", "--device", "mindspore=tpu"], "--device mindspore=tpu: mindspore's stages do "
+     "not run here (--only torch)"),
     (["compare", "--mindspore-mode", "jit"], "argument --mindspore-mode: invalid choice: 'jit'"),
     (["compare", "--dtype", "float64"], "unknown dtype 'float64' for the pipelines; accepted: float32, float16, "
                                         "bfloat16"),

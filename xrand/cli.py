@@ -142,6 +142,11 @@ def _compare_in_stages(args, out_dir: str) -> int:
     from .report.compare import write_report
 
     frameworks = _frameworks_here(args.only)
+    for name, device in _devices(args.device).items():
+        if name not in frameworks:  # checked by the machine that runs that framework's stages
+            raise UsageError(f"--device {name}={device}: {name}'s stages do not run here "
+                             f"({'--only ' + args.only if args.only else ' and '.join(_INSTALLED[name]) + ' not installed'}); "
+                             "give it on the machine that runs them")
     manifest = read_manifest(out_dir)
     given = sorted(flag for flag in args.given if flag not in _NOT_SETTINGS)
     if manifest is not None and not given:  # every setting from the folder
