@@ -136,6 +136,19 @@ def test_eta1_within_tolerance_with_lockstep(eta1_comparison):
     assert c.timesteps == [750, 500, 250, 0]
 
 
+def test_the_largest_local_error_of_lockstep_in_words(eta1_comparison):
+    from xrand.compare.boundary import largest_local_error, local_error_text
+
+    local = eta1_comparison.local_steps
+    worst = max(range(4), key=lambda i: local[i]["sample"]["rel_l2"])
+    largest = largest_local_error(local)
+    assert largest["sample"] == {"rel_l2": local[worst]["sample"]["rel_l2"], "step": worst,
+                                 "timestep": [750, 500, 250, 0][worst]}
+    assert local_error_text(local).startswith(
+        f"lockstep's largest local error {local[worst]['sample']['rel_l2']:.3g} (step {worst}, timestep ")
+    assert largest_local_error(None) is None and local_error_text(None) == ""
+
+
 def test_eta0_within_tolerance(tiny_model, mindone):
     c = compare_frameworks(Settings(model=tiny_model, steps=3, seed=0, batch_size=1, eta=0.0))
     assert c.passed, c.verdict()
@@ -182,6 +195,10 @@ def test_report_and_pictures_are_written_and_valid(eta1_comparison, ms, tmp_path
     assert len(report["steps"]) == 4 and "local" in report["steps"][0] and "global" in report["steps"][0]
     assert report["environment"]["a"]["torch"] == torch.__version__
     assert report["environment"]["b"]["mindspore"] == ms.__version__
+    a, b = report["environment"]["a"], report["environment"]["b"]  # each side's threads and load as it started
+    assert isinstance(a["torch_threads"], int) and isinstance(b["mindspore_threads"], int)
+    assert "usable cores" in a["threads_chosen"] and "once per process" in b["threads_chosen"]
+    assert all(len(e["load_average"]) == 3 and e["other_processes_busy_cores"] >= 0 for e in (a, b))
     import matplotlib.image
 
     for name in ("comparison.png", "divergence.png"):
@@ -190,6 +207,44 @@ def test_report_and_pictures_are_written_and_valid(eta1_comparison, ms, tmp_path
         image = matplotlib.image.imread(paths[name])
         assert image.shape[0] > 100 and image.shape[1] > 100
     assert sorted(os.listdir(tmp_path / "out")) == ["comparison.png", "divergence.png", "report.html", "report.json"]
+
+
+# -- threads ---------------------------------------------------------------------------------------------
+def test_the_thread_rule_leaves_the_cores_other_processes_keep_busy():
+    from xrand.pipelines.threads import rule
+
+    assert [rule(2, busy) for busy in (0.0, 0.4, 0.6, 1.0, 2.0, 7.5)] == [2, 2, 1, 1, 1, 1]
+    assert (rule(16, 3.2), rule(16, 0.0, most=8), rule(4, None)) == (13, 8, 4)
+
+
+@pytest.fixture
+def busy_process():
+    """Another process that keeps one core busy, as a user's other jobs do."""
+    import time
+
+    process = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    time.sleep(0.5)
+    yield
+    process.kill()
+    process.wait()
+
+
+def test_beside_a_busy_process_torch_runs_a_thread_fewer_and_the_side_says_why(tiny_model, busy_process):
+    from xrand.pipelines.threads import rule, usable_cores
+
+    default = torch.get_num_threads()
+    env = side(tiny_model, "torch").environment
+    busy, cores = env["other_processes_busy_cores"], usable_cores()
+    assert busy >= 0.5 and len(env["load_average"]) == 3
+    assert env["torch_threads"] == rule(cores, busy, most=default) <= max(1, cores - 1)
+    assert env["threads_chosen"].startswith(f"{cores} usable cores, other processes kept ")
+    assert torch.get_num_threads() == default  # put back after the side
+
+
+def test_omp_num_threads_fixes_the_thread_count(tiny_model, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    env = side(tiny_model, "torch").environment
+    assert (env["torch_threads"], env["threads_chosen"]) == (1, "OMP_NUM_THREADS=1")
 
 
 # -- side files ------------------------------------------------------------------------------------------

@@ -46,6 +46,13 @@ def numbers(r):
             "noise_floor": r.get("noise_floor"), "layers": layers}
 
 
+@pytest.fixture(autouse=True)
+def _same_threads_everywhere(monkeypatch):
+    """Each process, here and the two "machines", runs the kernel threads of an idle machine
+    (a thread count can change a reduction's last bits; else each side picks them by the load)."""
+    monkeypatch.setenv("OMP_NUM_THREADS", str(len(os.sched_getaffinity(0))))
+
+
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     root = tmp_path_factory.mktemp("two-machines")

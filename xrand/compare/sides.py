@@ -26,6 +26,7 @@ from ..pipelines.frameworks import Framework, framework
 from ..pipelines.lora import use_loras
 from ..pipelines.loop import denoising_loop
 from ..pipelines.settings import Settings
+from ..pipelines.threads import measure as measure_load
 from .boundary import Boundary, Recording
 from .component_call import recorded
 from .records import RecordWriter
@@ -125,7 +126,8 @@ def run(loaded: Loaded, plan: Plan, *, generator: Optional[CountingGenerator] = 
 
     A new scheduler is built for the run (``plan.scheduler``). MindSpore runs in
     ``plan.mindspore_mode``; a MindSpore side's ``environment`` says which mode ran and what the
-    compile cache did. ``generator``: the run's noise, when it must be other than
+    compile cache did; every side's, its kernel threads and why (:mod:`..pipelines.threads`) and
+    the machine's load as it started. ``generator``: the run's noise, when it must be other than
     ``CountingGenerator(seed, stream=...)`` (the noise floor's float64 run draws as the float32
     run did); with ``noise="native"`` the side draws from its library's own generator instead
     (``ran["noise"]`` says how it was made; no draws are counted). ``record_calls`` / ``record_steps``: keep those denoiser calls / every step's
@@ -156,9 +158,10 @@ def run(loaded: Loaded, plan: Plan, *, generator: Optional[CountingGenerator] = 
     boundary = Boundary(fw, plan.scheduler.step_options, generator, record_calls, record_steps, feed,
                         add_generator=not native, record=record)
     library_pipeline = recipe.runs_library_pipeline(plan.scheduler.cls, settings.dtype)
+    load = measure_load()  # the machine as this side starts: its threads, and the report's
     start = time.perf_counter()
     with patched(fw.library), fw.running(loaded.device, plan.mindspore_mode, plan.graph_identity()) as state, \
-            fw.half_precision(settings.dtype) as stand_ins, \
+            fw.threads(load) as threads, fw.half_precision(settings.dtype) as stand_ins, \
             boundary.attached(recipe.denoiser_of(pipe), pipe.scheduler), \
             recorded(fw, pipe, record_component, boundary.recording):
         if library_pipeline:
@@ -182,7 +185,8 @@ def run(loaded: Loaded, plan: Plan, *, generator: Optional[CountingGenerator] = 
         seconds=seconds,
         model_fingerprint=plan.folder.fingerprint(),
         device=fw.device_name(loaded.device),
-        environment=fw.environment(plan.mindspore_mode, state, plan.mindspore_mode_reason),
+        environment={**fw.environment(plan.mindspore_mode, state, plan.mindspore_mode_reason), **threads,
+                     **load.report()},
         ran={
             "pipeline": recipe.pipeline if library_pipeline else "denoising_loop",
             "recipe": recipe.pipeline,

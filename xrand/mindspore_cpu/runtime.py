@@ -14,6 +14,8 @@ from .install import on_cpu
 
 # The instruction set MindSpore's oneDNN runs, once tune_cpu_runtime() has fixed it.
 _onednn_isa: str | None = None
+# The kernel threads tune_cpu_runtime() set, and why (None: not set by xrand).
+_threads: tuple[int, str] | None = None
 
 # oneDNN's dnnl_cpu_isa_t values (dnnl_types.h, oneDNN 3), named as ONEDNN_MAX_CPU_ISA takes them.
 _ISA_NAMES = {0x1: "SSE41", 0x3: "AVX", 0x7: "AVX2", 0xf: "AVX2_VNNI", 0x1f: "AVX2_VNNI_2", 0x27: "AVX512_CORE",
@@ -55,27 +57,48 @@ def onednn_isa() -> str | None:
     return _onednn_isa
 
 
-def tune_cpu_runtime(threads: int | None = None) -> bool:
+def tune_cpu_runtime(threads: int | None = None, why: str | None = None) -> bool:
     """Once per process on a CPU target: synchronous op launch, ``threads`` kernel threads, and
     MindSpore's oneDNN capped at AVX2 (:func:`cap_onednn_isa`).
 
     MindSpore's asynchronous PyNative launch costs far more per operator than the operators of a
     small model on a CPU (README, "MindSpore without Ascend"). Kernel threads default to 25
     (mindspore/device_context/cpu/op_tuning.py);
-    ``threads=None`` uses the CPUs this process may run on. All three can be set only once
+    ``threads=None`` uses the CPUs this process may run on; ``why`` says why, for the report
+    (:func:`cpu_threads`). All three can be set only once
     per process; returns whether the launch or the threads were set now (never off the CPU).
     """
+    global _threads
     if not on_cpu():
         return False
     if _onednn_isa is None:
         cap_onednn_isa()
     if threads is None:
         threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        why = why or "the CPUs this process may use"
     changed = False
-    for setting in (lambda: ms.device_context.cpu.op_tuning.threads_num(threads), ms.runtime.launch_blocking):
-        try:
-            setting()
-            changed = True
-        except RuntimeError:  # "... can not be set repeatedly"
-            pass
+    try:
+        ms.device_context.cpu.op_tuning.threads_num(threads)
+        _threads = (threads, why or "")
+        changed = True
+    except RuntimeError:  # "... can not be set repeatedly"
+        pass
+    try:
+        ms.runtime.launch_blocking()
+        changed = True
+    except RuntimeError:
+        pass
     return changed
+
+
+def threads_to_set() -> bool:
+    """Whether MindSpore runs on a CPU and its kernel threads are still to be set in this process."""
+    from mindspore._c_expression import RuntimeConf  # what op_tuning.threads_num itself asks (MindSpore 2.10)
+
+    return on_cpu() and not RuntimeConf.get_instance().is_op_threads_num_configured()
+
+
+def cpu_threads() -> tuple[int, str] | None:
+    """``(threads, why)``: MindSpore's CPU kernel threads as :func:`tune_cpu_runtime` set them
+    (None where it did not: another device, or set before xrand)."""
+    return _threads

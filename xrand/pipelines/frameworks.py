@@ -18,6 +18,7 @@ import numpy as np
 from ..checks import UsageError, check_choice
 from ..registry import backend
 from .quiet import silenced
+from .threads import Load, choose as choose_threads, measure as measure_load
 
 #: The frameworks a comparison runs, in report order (the torch side is the reference).
 FRAMEWORKS: Tuple[str, ...] = ("torch", "mindspore")
@@ -217,6 +218,11 @@ class Framework:
         compile cache). Yields a dict the run's environment is read from (:meth:`environment`)."""
         raise NotImplementedError
 
+    def threads(self, load: Load) -> contextlib.AbstractContextManager:
+        """Around a side that starts at ``load``: its kernel threads (:mod:`.threads`). Yields what
+        the side's environment records: the count and why."""
+        return contextlib.nullcontext({})
+
     def half_precision(self, dtype: str) -> contextlib.AbstractContextManager:
         """Around a run in ``dtype``: stand-ins for the kernels this framework lacks in it here.
         Yields a dict, filled when the block ends: kernel -> dtypes that ran through a stand-in."""
@@ -298,6 +304,18 @@ class Torch(Framework):
         with torch.no_grad():
             yield {}
 
+    @contextlib.contextmanager
+    def threads(self, load):
+        import torch
+
+        before = torch.get_num_threads()  # torch's default (the physical cores), or the user's count
+        count, why = choose_threads(load, most=before)
+        torch.set_num_threads(count)
+        try:
+            yield {"torch_threads": count, "threads_chosen": why}
+        finally:
+            torch.set_num_threads(before)
+
 
     def unload(self, pipe):
         # the modules to the meta device: their memory goes even while a caller's frame still refers to them
@@ -333,9 +351,11 @@ class MindSpore(Framework):
         from .. import mindspore_cpu
 
         mindspore_cpu.install()  # no-op unless MindSpore runs on a CPU
-        # Synchronous launch and oneDNN at AVX2 (a fast Conv2D): each can be set once per
-        # process, so a process that already chose keeps its choice.
-        mindspore_cpu.tune_cpu_runtime()
+        # Synchronous launch, the kernel threads (.threads, at the first load) and oneDNN at AVX2
+        # (a fast Conv2D): each can be set once per process, so a process that already chose
+        # keeps its choice.
+        count, why = choose_threads(measure_load()) if mindspore_cpu.threads_to_set() else (None, None)
+        mindspore_cpu.tune_cpu_runtime(count, why)
 
     @contextlib.contextmanager
     def single_file_loading(self):
@@ -425,6 +445,18 @@ class MindSpore(Framework):
             finally:
                 if freeze:
                     gc.unfreeze()
+
+    def threads(self, load):
+        from ..mindspore_cpu import cpu_threads
+        from ..mindspore_cpu.install import on_cpu
+
+        if not on_cpu():
+            return contextlib.nullcontext({})
+        chosen = cpu_threads()
+        if chosen is None:
+            return contextlib.nullcontext({"mindspore_threads": "unknown: set outside xrand"})
+        return contextlib.nullcontext({"mindspore_threads": chosen[0],
+                                       "threads_chosen": f"{chosen[1]} (when set: MindSpore sets them once per process)"})
 
     def half_precision(self, dtype):
         if dtype != "bfloat16":

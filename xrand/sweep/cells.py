@@ -33,15 +33,18 @@ class CellRunner:
         from ..compare import load_pair
         from ..mindspore_cpu import tune_cpu_runtime
         from ..pipelines.quiet import silenced
+        from ..pipelines.threads import fix as fix_threads
 
         with silenced():
             import mindspore  # noqa: F401
             import torch
 
         # A fixed thread count per worker: reductions may split differently with more threads,
-        # and a cell's numbers must not depend on the layout of the sweep.
+        # and a cell's numbers must not depend on the layout of the sweep (nor on the load).
+        why = "fixed per sweep worker"
         torch.set_num_threads(config.threads_per_worker)
-        tune_cpu_runtime(config.threads_per_worker)  # before loading: it can be set once per process
+        fix_threads(config.threads_per_worker, why)
+        tune_cpu_runtime(config.threads_per_worker, why)  # before loading: it can be set once per process
         self.config = config
         first = config.cell_plan(0, config.load_scheduler)
         self.pairs = {first.settings.dtype: load_pair(first)}

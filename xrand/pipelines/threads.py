@@ -1,0 +1,116 @@
+"""How many threads a side's kernels run: the cores this process may use, less those other
+processes keep busy.
+
+torch's CPU threads wait for each other by spinning: with one thread more than there are free
+cores, every parallel operator waits for a thread that another process holds. On 2 cores beside
+one busy process diffusers' DDIM on the digits model took 55-66 s with torch's default 2 threads
+and 1.9-2.1 s with 1 (benchmarks/RESULTS.md, figure 13). So each side measures, at its start, the
+cores other processes keep busy (:func:`measure`) and runs that many fewer threads (:func:`rule`).
+The two frameworks' sides run one after the other, never at once, so each gets the same rule.
+
+The count is the user's where they fixed it (``OMP_NUM_THREADS``), or the caller's (:func:`fix`: a
+sweep worker's fixed count). The thread count can change a reduction's last bits (torch split a
+2-step run of a tiny UNet 6.6e-7 apart between 1 and 2 threads): the report names each side's.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
+
+#: How long :func:`measure` watches the other processes (its share of a side is this, once).
+SAMPLE_SECONDS = 0.1
+
+_fixed: Optional[Tuple[int, str]] = None  # (count, why), set by fix()
+
+
+@dataclass(frozen=True)
+class Load:
+    """The machine at one moment: ``cores`` this process may use, the cores ``others`` (other
+    processes) kept busy over the last :data:`SAMPLE_SECONDS` (None where /proc/stat is not
+    readable), and the load average over 1, 5 and 15 minutes (this process included)."""
+
+    cores: int
+    others: Optional[float]
+    average: Tuple[float, float, float]
+
+    def report(self) -> Dict[str, object]:
+        """As a side's environment records it."""
+        return {"load_average": [round(v, 2) for v in self.average],
+                "other_processes_busy_cores": None if self.others is None else round(self.others, 2)}
+
+
+def usable_cores() -> int:
+    """The CPUs this process may run on (its affinity)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def _busy_ticks(cpus: Optional[set]) -> Optional[Tuple[int, int]]:
+    """(busy, total) clock ticks of ``cpus`` since boot, from /proc/stat (None where unreadable)."""
+    try:
+        with open("/proc/stat") as f:
+            lines = [line.split() for line in f if line.startswith("cpu") and line[3:4].isdigit()]
+    except OSError:
+        return None
+    busy = total = 0
+    for fields in lines:
+        if cpus is not None and int(fields[0][3:]) not in cpus:
+            continue
+        user, nice, system, idle, iowait, irq, softirq, steal = (int(v) for v in fields[1:9])
+        busy += user + nice + system + irq + softirq + steal  # steal: the hypervisor gave the core away
+        total += user + nice + system + idle + iowait + irq + softirq + steal
+    return (busy, total) if total else None
+
+
+def _own_seconds() -> float:
+    t = os.times()
+    return t.user + t.system  # every thread of this process
+
+
+def measure(seconds: float = SAMPLE_SECONDS) -> Load:
+    """The machine now: the cores other processes keep busy, watched for ``seconds`` on the CPUs
+    this process may use (their busy time in /proc/stat less this process's own)."""
+    cores = usable_cores()
+    cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    average = os.getloadavg() if hasattr(os, "getloadavg") else (0.0, 0.0, 0.0)
+    before, own = _busy_ticks(cpus), _own_seconds()
+    others = None
+    if before is not None:
+        time.sleep(seconds)
+        after, own = _busy_ticks(cpus), _own_seconds() - own
+        if after is not None and after[1] > before[1]:
+            tick = os.sysconf("SC_CLK_TCK")
+            elapsed = (after[1] - before[1]) / tick / len(cpus or range(cores))
+            others = max(0.0, ((after[0] - before[0]) / tick - own) / elapsed)
+    return Load(cores, others, tuple(average))
+
+
+def rule(cores: int, others: Optional[float], most: Optional[int] = None) -> int:
+    """The threads for a side: the ``cores`` less those ``others`` keep busy (rounded), at least 1
+    and at most ``most`` (the framework's own default, where it has one)."""
+    free = cores if others is None else cores - int(others + 0.5)
+    return max(1, min(free, most or cores))
+
+
+def fix(count: Optional[int], why: str = "") -> None:
+    """Every side of this process runs ``count`` threads from now on (None: the rule again)."""
+    global _fixed
+    _fixed = None if count is None else (int(count), why)
+
+
+def choose(load: Load, most: Optional[int] = None) -> Tuple[int, str]:
+    """``(threads, why)`` for a side starting at ``load``: the fixed count, ``OMP_NUM_THREADS``, or
+    :func:`rule`."""
+    if _fixed is not None:
+        return _fixed
+    given = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if given.isdigit() and int(given) > 0:
+        return int(given), f"OMP_NUM_THREADS={given}"
+    count = rule(load.cores, load.others, most)
+    if load.others is None:
+        return count, f"{load.cores} usable cores (the other processes' load is unknown here)"
+    return count, f"{load.cores} usable cores, other processes kept {load.others:.1f} busy"
+
+
+__all__: List[str] = ["Load", "SAMPLE_SECONDS", "choose", "fix", "measure", "rule", "usable_cores"]
