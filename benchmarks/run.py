@@ -18,6 +18,8 @@ Figures (one file each, also runnable alone):
  11 bench_precision.py     seconds per step in float32, float16 and bfloat16 (digits, tiny SD), torch vs MindSpore
  12 bench_sweep.py         xrand sweep on the SD-1.5-sized model: 1 and 2 local workers, memory
                            (only with --only 12: about 10 minutes, the 4.1 GB folder of figure 10)
+ 13 bench_threads.py       the default xrand compare beside a busy process: threads as before and by the load
+ 14 bench_lockstep.py      a lockstep step against a free-running step on MindSpore's side, per family
 
 About 5 minutes on 2 cores. Timings interleave the compared calls; each figure records how
 much CPU other processes took meanwhile, so a shared machine shows in the results. With
@@ -52,6 +54,8 @@ FIGURES = {
     10: ("bench_scale", {}),
     11: ("bench_precision", {}),
     12: ("bench_sweep:run_sd15_sized", {}),
+    13: ("bench_threads", {}),
+    14: ("bench_lockstep", {}),
 }
 #: Figures run only when --only names them (10 and 12: 20 and 10 minutes, a 4.1 GB model folder).
 ON_REQUEST = {10, 12}

@@ -2,10 +2,11 @@
 processes keep busy.
 
 torch's CPU threads wait for each other by spinning: with one thread more than there are free
-cores, every parallel operator waits for a thread that another process holds. On 2 cores beside
-one busy process diffusers' DDIM on the digits model took 55-66 s with torch's default 2 threads
-and 1.9-2.1 s with 1 (benchmarks/RESULTS.md, figure 13). So each side measures, at its start, the
-cores other processes keep busy (:func:`measure`) and runs that many fewer threads (:func:`rule`).
+cores, every parallel operator waits for a thread that another process holds. On 2 cores at load
+average 3, diffusers' DDIM on the digits model took 55-66 s with torch's default 2 threads and
+1.9-2.1 s with 1 (a user's report); benchmarks/RESULTS.md figure 13 has xrand compare beside a
+busy process. So each side measures, at its start, the cores other processes keep busy
+(:func:`measure`) and runs that many fewer threads (:func:`rule`).
 The two frameworks' sides run one after the other, never at once, so each gets the same rule.
 
 The count is the user's where they fixed it (``OMP_NUM_THREADS``), or the caller's (:func:`fix`: a
