@@ -21,6 +21,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
+if str(ROOT) not in sys.path:  # this checkout's xrand, here and in the children (run_json)
+    sys.path.insert(1, str(ROOT))
 
 
 # ----------------------------------------------------------------------------- results
@@ -166,6 +168,7 @@ def run_json(argv: Sequence[str], timeout: float = 600, env: Optional[Dict[str, 
     """Run ``python *argv`` in a fresh process; its last stdout line starting with ``{`` is JSON.
     ``ok``: the exit statuses that count as success (``xrand compare`` exits 1 for a FAIL verdict)."""
     full_env = dict(os.environ, **(env or {}))
+    full_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), full_env.get("PYTHONPATH")) if p)
     result = subprocess.run([PYTHON, *argv], capture_output=True, text=True, timeout=timeout, cwd=str(ROOT),
                             env=full_env)
     lines = [line for line in result.stdout.strip().splitlines() if line.startswith("{")]
