@@ -81,6 +81,14 @@ def test_compare_page_has_verdict_pictures_layers_and_command(compare_dir):
         for key in ("python", "platform"):
             assert str(report["environment"][side][key]) in html
     assert "xrand compare --steps 4 --seed 0 --batch-size 2" in html and "--lockstep --layers" in html
+    # lockstep's largest local error in the verdict box and the console's line, as the steps' table has it
+    largest = max(report["steps"], key=lambda s: s["local"]["sample"]["rel_l2"])
+    assert report["lockstep"]["sample"] == {"rel_l2": largest["local"]["sample"]["rel_l2"],
+                                            "step": largest["step"], "timestep": largest["timestep"]}
+    box = html[html.index('<li id="lockstep-largest">'):]
+    assert box[:box.index("</li>")].count(f"{largest['local']['sample']['rel_l2']:.3g}") == 1
+    assert f"lockstep's largest local error {largest['local']['sample']['rel_l2']:.3g} (step {largest['step']}" \
+        in report["summary"]
     # every module call in the table, each with the JSON's full number to sort by
     layers = report["layers"]
     for m in layers["modules"]:

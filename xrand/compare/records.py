@@ -122,7 +122,7 @@ class RecordWriter:
         path = os.path.join(self.folder, RECORDS, name)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with atomic_path(path) as tmp:
-            save_file({k: np.ascontiguousarray(a) for k, a in self.arrays.items()}, tmp)
+            save_file({k: np.asarray(a, order="C") for k, a in self.arrays.items()}, tmp)
         self.files[f"{RECORDS}/{name}"] = {**file_entry(path), "keys": [int(k) for k in self.arrays]}
         self.arrays, self._shard_bytes = {}, 0
 

@@ -9,6 +9,7 @@ import numpy as np
 from ..checks import UsageError
 from ..pipelines.recipes import RECIPES
 from ..pipelines.settings import Settings
+from .boundary import local_error_text
 from .components import compare_components, components_text, parted_by
 from .known import known_causes
 from .metrics import metrics
@@ -71,6 +72,8 @@ class Comparison:
         if self.noise_floor is not None:
             line += "; " + floor_ratio_text(self.final["rel_l2"], self.noise_floor["rel_l2"], a, b,
                                             self.settings.dtype)
+        if self.local_steps:
+            line += "; " + local_error_text(self.local_steps)
         if self.timesteps_b is not None:
             line += (f"; the schedulers' timesteps differ ({a} {_short(self.timesteps)} vs {b} "
                      f"{_short(self.timesteps_b)}): the two libraries schedule this config differently")

@@ -6,6 +6,7 @@ import os
 from dataclasses import asdict
 from typing import Any, Dict, Optional
 
+from ..compare.boundary import largest_local_error
 from ..compare.result import Comparison
 from ..files import atomic_path, json_safe, write_json
 from .command import compare_command
@@ -23,6 +24,8 @@ def report_dict(c: Comparison, reproduce: Optional[str] = None) -> Dict[str, Any
         extra["noise_floor"] = c.noise_floor
     if c.layers is not None:
         extra["layers"] = c.layers.to_dict()
+    if c.local_steps:  # lockstep's largest local errors, for the verdict box
+        extra["lockstep"] = largest_local_error(c.local_steps)
     if c.weights is not None:  # the loaded weights matched before any step (compare/weights.py)
         extra["weights"] = c.weights
     if c.stages is not None:  # a staged run: what is in this report and what is still to come
