@@ -1,5 +1,6 @@
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
 
@@ -143,6 +144,13 @@ def _clean_backend_choice(monkeypatch):
     xrand.registry._factories.update(factories)
     xrand.registry._instances.clear()
     xrand.registry._instances.update(instances)
+
+
+def ctrl_c_reaches_it():
+    """For Popen's preexec_fn, in a child that a test sends SIGINT: SIGINT's default action, as in
+    a terminal's foreground (a job started in the background of a shell, as a CI runner may start
+    the suite, has SIGINT ignored, and its children inherit that)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def run_python(code: str, env=None) -> subprocess.CompletedProcess:

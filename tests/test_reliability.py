@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("diffusers")
 
-from conftest import make_tiny_model  # noqa: E402
+from conftest import ctrl_c_reaches_it, make_tiny_model  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -322,7 +322,8 @@ def test_a_folder_of_another_comparison_is_refused_before_any_model_loads(tiny_m
 def compare_interrupted(command, line_start):
     """Run ``command``; at the first stdout line that starts with ``line_start`` (None: none),
     send it SIGINT, as Ctrl-C would. (exit status, stdout lines, stderr)."""
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=ctrl_c_reaches_it)
     lines = []
     try:
         for line in proc.stdout:

@@ -13,6 +13,7 @@ import time
 import numpy as np
 import pytest
 
+from conftest import ctrl_c_reaches_it
 from xrand.checks import UsageError
 from xrand.cli import default_model, main
 from xrand.compare import make_plan
@@ -57,7 +58,7 @@ def kill_hook(tmp_path, spec):
 # each sweep's time. Each worker loads the pipelines once.
 def start_sweep(*args, env=None):
     return subprocess.Popen([sys.executable, "-m", "xrand", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=dict(os.environ, **(env or {})))
+                            text=True, env=dict(os.environ, **(env or {})), preexec_fn=ctrl_c_reaches_it)
 
 
 def finish(proc):
