@@ -33,7 +33,9 @@ def tiny_model(tmp_path_factory):
 @pytest.fixture(scope="module")
 def eta1_comparison(tiny_model, mindone):
     settings = Settings(model=tiny_model, steps=4, seed=3, batch_size=2, eta=1.0)
-    return compare_frameworks(settings, lockstep=True)
+    with pytest.MonkeyPatch.context() as patch:  # the threads by the rule, whatever the environment fixed
+        patch.delenv("OMP_NUM_THREADS", raising=False)
+        return compare_frameworks(settings, lockstep=True)
 
 
 # -- patching ------------------------------------------------------------------------------------------
@@ -229,9 +231,10 @@ def busy_process():
     process.wait()
 
 
-def test_beside_a_busy_process_torch_runs_a_thread_fewer_and_the_side_says_why(tiny_model, busy_process):
+def test_beside_a_busy_process_torch_runs_a_thread_fewer_and_the_side_says_why(tiny_model, busy_process, monkeypatch):
     from xrand.pipelines.threads import rule, usable_cores
 
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     default = torch.get_num_threads()
     env = side(tiny_model, "torch").environment
     busy, cores = env["other_processes_busy_cores"], usable_cores()

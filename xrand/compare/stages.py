@@ -41,6 +41,7 @@ from ..patch import patched
 from ..pipelines.components import model_components
 from ..pipelines.folder import component_digests
 from ..pipelines.settings import Settings
+from ..pipelines.threads import measure as measure_load
 from .boundary import Recording
 from .floor import pipeline_floor
 from .component_call import DENOISER
@@ -475,7 +476,9 @@ def _torch(plan: Plan, store: Store, pipes: Any) -> None:
 
 def _torch_layers(plan: Plan, store: Store, pipes: Any) -> None:
     start = time.perf_counter()
-    result = torch_layers_at_step(pipes.get("torch"), plan, store.recording(), store.writer("layers"))
+    loaded = pipes.get("torch")
+    with loaded.fw.threads(measure_load()):  # its floors' reductions split as the sides' do
+        result = torch_layers_at_step(loaded, plan, store.recording(), store.writer("layers"))
     store.finish("torch layers", result.meta, result.files, held=result, seconds=time.perf_counter() - start)
 
 
