@@ -195,3 +195,38 @@ def test_layers_scope_records_only_the_modules_under_it_with_the_full_runs_numbe
     assert sizes[1] < sizes[0] / 2
     assert main([*args, "--layers-scope", "down_blocks.9", "--out", str(tmp_path / "bad")]) == 2
     assert not os.path.exists(tmp_path / "bad" / "torch.safetensors")  # refused before anything ran
+
+
+def test_the_input_image_and_a_lora_may_live_at_other_paths_on_mindspores_machine(
+        models, torch_only_python, mindspore_only_python, tmp_path):
+    """Image to image with a LoRA: torch's machine names the files it read; MindSpore's machine holds
+    them elsewhere and gives their paths (--image, --lora: by the LoRA's file name); a file not
+    there is one line naming its flag; a LoRA of another name is refused."""
+    from PIL import Image
+
+    from xrand.models.checkpoints import save_lora
+
+    here, there = tmp_path / "here", tmp_path / "there"
+    here.mkdir()
+    image = here / "image.png"
+    Image.fromarray((np.random.default_rng(0).random((32, 32, 3)) * 255).astype(np.uint8)).save(image)
+    lora = save_lora(models["sd"], here / "style.safetensors")
+    out = str(tmp_path / "out")
+    torch_side = cli(torch_only_python, "compare", "--model", models["sd"], "--pipeline",
+                     "StableDiffusionImg2ImgPipeline", "--image", str(image), "--strength", "0.5", "--steps", "2",
+                     "--batch-size", "1", *PROMPT, "--lora", f"{lora}:0.8", "--only", "torch", "--out", out)
+    assert torch_side.returncode == 0, torch_side.stderr
+    assert f"--only mindspore --out {out} [--model PATH] [--lora FILE[:SCALE]] [--image FILE]" in torch_side.stdout
+    shutil.move(str(here), str(there))  # neither file is where the manifest says
+    missing = cli(mindspore_only_python, "compare", "--only", "mindspore", "--out", out, "--model", models["sd"])
+    one_line_error(missing, f"the LoRA '{lora}' that manifest.json names is not on this machine", "--lora")
+    other = cli(mindspore_only_python, "compare", "--only", "mindspore", "--out", out, "--model", models["sd"],
+                "--lora", str(there / "image.png.safetensors"))
+    one_line_error(other, "this comparison has no LoRA named 'image.png' (style)")
+    done = cli(mindspore_only_python, "compare", "--only", "mindspore", "--out", out, "--model", models["sd"],
+               "--lora", str(there / "style.safetensors"), "--image", str(there / "image.png"))
+    assert done.returncode == 0, done.stderr
+    split = report(out)
+    assert split["stages"]["missing"] == [] and split["verdict"] == "pass", split["summary"]
+    assert [(os.path.basename(path), scale) for path, scale in split["settings"]["loras"]] == \
+        [("style.safetensors", 0.8)]  # the manifest's scale

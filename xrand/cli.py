@@ -10,7 +10,7 @@ import json
 import os
 import sys
 import time
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 from .checks import UsageError
 from .files import check_out_file, check_out_folder
@@ -109,7 +109,7 @@ def cmd_compare(args) -> int:
 
 #: compare's options that are not settings of the comparison: a folder that holds a comparison
 #: takes every setting from its manifest when none but these is given
-_NOT_SETTINGS = {"--out", "--only", "--model", "--config", "--quiet", "--device", "--mindspore-mode"}
+_NOT_SETTINGS = {"--out", "--only", "--quiet", "--device", "--mindspore-mode"}  # and the paths (flags.path_flags)
 #: what each framework's stages need installed
 _INSTALLED = {"torch": ("torch", "diffusers"), "mindspore": ("mindspore", "mindone")}
 
@@ -138,6 +138,7 @@ def _compare_in_stages(args, out_dir: str) -> int:
     is said with its command."""
     from .compare.stages import (Asks, Loading, Store, framework_of, plan_from_manifest, read_manifest, report_store,
                                   run_stages)
+    from .pipelines.flags import path_flags, settings_values
     from .report.command import plan_command
     from .report.compare import write_report
 
@@ -148,14 +149,16 @@ def _compare_in_stages(args, out_dir: str) -> int:
                              f"({'--only ' + args.only if args.only else ' and '.join(_INSTALLED[name]) + ' not installed'}); "
                              "give it on the machine that runs them")
     manifest = read_manifest(out_dir)
-    given = sorted(flag for flag in args.given if flag not in _NOT_SETTINGS)
+    paths = path_flags()  # files and folders: where they are on this machine
+    given = sorted(flag for flag in args.given if flag not in _NOT_SETTINGS and flag not in paths)
     if manifest is not None and not given:  # every setting from the folder
         if not frameworks:
             store = report_store(out_dir, manifest)
         else:
-            plan = plan_from_manifest(manifest, frameworks, model=args.model, devices=_devices(args.device),
-                                      mindspore_mode=args.mindspore_mode, default_model=default_model(),
-                                      config=args.config)
+            values = settings_values(args)
+            plan = plan_from_manifest(manifest, frameworks, {field: values[field] for field in paths.values()},
+                                      devices=_devices(args.device), mindspore_mode=args.mindspore_mode,
+                                      default_model=default_model())
             store = Store(plan, Asks.from_dict(manifest["asks"]), out_dir)
     else:
         if not frameworks:
@@ -192,18 +195,21 @@ def _compare_in_stages(args, out_dir: str) -> int:
     comparison = outcome.comparison
     paths = write_report(comparison, out_dir, reproduce) if comparison is not None else {}
     if outcome.missing:
-        return _incomplete(args, outcome, out_dir, store.manifest["plan"].get("embedded_model"))
+        return _incomplete(args, outcome, out_dir, store.manifest["plan"])
     return _finish(args, comparison.passed, comparison.summary_lines(), "report and pictures", out_dir, paths)
 
 
-def _incomplete(args, outcome, out_dir: str, embedded_model: bool) -> int:
-    """Stages are left for another machine: say which, how large the folder is, and the command."""
+def _incomplete(args, outcome, out_dir: str, plan: Dict[str, Any]) -> int:
+    """Stages are left for another machine: say which, how large the folder is, and the command
+    (with the flags that give the files' paths there, where they differ)."""
     from .compare.stages import framework_of
+    from .pipelines.flags import FLAGS
 
     others = sorted({framework_of(s) for s in outcome.missing})
     megabytes = sum(outcome.bytes.values()) / 1e6
-    model = "" if embedded_model else " [--model PATH]"  # the model folder's path there, where it differs
-    commands = [f"xrand compare --only {fw} --out {out_dir}" + (model if fw == "mindspore" else "") for fw in others]
+    paths = "".join(f" [{f.flag} {f.metavar or 'PATH'}]" for f in FLAGS if f.path and plan["settings"].get(f.field)
+                    and not (f.field == "model" and plan.get("embedded_model")))
+    commands = [f"xrand compare --only {fw} --out {out_dir}" + (paths if fw == "mindspore" else "") for fw in others]
     if args.quiet:
         print(json.dumps({"verdict": "incomplete", "done": outcome.done, "missing": outcome.missing,
                           "next": commands, "out": out_dir}))

@@ -39,7 +39,9 @@ from ..checks import UsageError
 from ..files import json_safe, write_json
 from ..patch import patched
 from ..pipelines.components import model_components
+from ..pipelines.flags import path_flags
 from ..pipelines.folder import component_digests
+from ..pipelines.lora import adapter_name
 from ..pipelines.settings import Settings
 from ..pipelines.threads import measure as measure_load
 from .boundary import Recording
@@ -147,23 +149,35 @@ def planned(plan: Plan) -> Dict[str, Any]:
                       "embedded_model": os.path.realpath(plan.folder.path) == os.path.realpath(DIGITS)})
 
 
-def plan_from_manifest(manifest: Mapping[str, Any], frameworks: Sequence[str], model: Optional[str] = None,
+def plan_from_manifest(manifest: Mapping[str, Any], frameworks: Sequence[str], paths: Mapping[str, Any] = None,
                        devices: Optional[Mapping[str, str]] = None, mindspore_mode: Optional[str] = None,
-                       default_model: Optional[str] = None, config: Optional[str] = None) -> Plan:
-    """The plan a comparison folder was made with, for ``frameworks`` on this machine; ``model``
-    (and a single file's ``config`` folder): their paths here where they differ from the
-    manifest's (``default_model``: this machine's copy of the embedded model, which the manifest
-    names as such)."""
+                       default_model: Optional[str] = None) -> Plan:
+    """The plan a comparison folder was made with, for ``frameworks`` on this machine. ``paths``:
+    the files and folders here where they differ from the manifest's (Settings field -> value: the
+    model, a single file's config folder, the input image and mask, LoRA files matched to the
+    manifest's by file name, at the manifest's scale); ``default_model``: this machine's copy of the embedded model, which
+    the manifest names as such. Their contents are checked as the comparison's identity."""
     saved = manifest["plan"]
-    if model is None and saved.get("embedded_model"):
-        model = default_model
-    here = {"model": model, "config": config}
-    for name, flag in (("model", "--model PATH"), ("config", "--config FOLDER")):
-        there = saved["settings"].get(name)
-        if here[name] is None and there is not None and not os.path.exists(there):
-            raise UsageError(f"the {name} {there!r} that {MANIFEST} names is not on this machine; give its path "
-                             f"here with {flag}")
-    settings = Settings(**{**saved["settings"], **{k: v for k, v in here.items() if v is not None}})
+    flags = {field: flag for flag, field in path_flags().items()}
+    here = {field: value for field, value in (paths or {}).items() if value not in (None, (), [])}
+    if "model" not in here and saved.get("embedded_model"):
+        here["model"] = default_model
+    if "loras" in here:  # each given file in place of the manifest's of the same name, at the manifest's scale
+        given = {adapter_name(path): path for path, _ in here["loras"]}
+        names = [adapter_name(path) for path, _ in saved["settings"].get("loras") or ()]
+        for name in given:
+            if name not in names:
+                raise UsageError(f"--lora {given[name]!r}: this comparison has no LoRA named {name!r} "
+                                 f"({', '.join(names) or 'none'}); --lora here gives the path of one of its own")
+        here["loras"] = tuple((given.get(adapter_name(path), path), scale)
+                              for path, scale in saved["settings"].get("loras") or ())
+    for field, flag in flags.items():
+        there = here.get(field, saved["settings"].get(field))
+        for path in ([p for p, _ in there or ()] if field == "loras" else [there]):
+            if path is not None and not os.path.exists(path):
+                raise UsageError(f"the {'LoRA' if field == 'loras' else field} {path!r} that {MANIFEST} names is not "
+                                 f"on this machine; give its path here with {flag}")
+    settings = Settings(**{**saved["settings"], **here})
     asks = Asks.from_dict(manifest["asks"])
     return make_plan(settings, frameworks=frameworks, devices=devices, tolerance=saved["tolerance"],
                      mindspore_mode=mindspore_mode or saved["mindspore_mode"], lockstep=asks.lockstep,

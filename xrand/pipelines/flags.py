@@ -90,7 +90,7 @@ FLAGS: Sequence[Flag] = (
          "(offline)", metavar="FOLDER", path=True),
     Flag("loras", "--lora", "load this LoRA (repeatable; the adapter is named after the file) with each library's "
          "load_lora_weights, weighed by SCALE (default 1) through set_adapters", metavar="FILE[:SCALE]",
-         action="append", parse=parse_lora, format=format_lora),
+         action="append", parse=parse_lora, format=format_lora, path=True),
     Flag("fuse_lora", "--fuse-lora", "merge the LoRAs into the weights (fuse_lora, then unload_lora_weights)",
          action="store_true"),
     Flag("pipeline", "--pipeline", "pipeline class ({pipelines}; default: the folder's model_index.json)"),
@@ -148,6 +148,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             help=text)
 
 
+def path_flags() -> Dict[str, str]:
+    """The flags whose values are files or folders (flag -> Settings field): on another machine
+    they may live at other paths."""
+    return {f.flag: f.field for f in FLAGS if f.path}
+
+
 def settings_values(args: argparse.Namespace) -> Dict[str, Any]:
     """Settings' fields from parsed flags (each ``KEY=VALUE`` list read into its dict)."""
     return {f.field: f.read(getattr(args, f.field)) for f in FLAGS}
@@ -160,4 +166,4 @@ def settings_args(settings: Mapping[str, Any], absolute: bool = False) -> List[s
     return [part for f in FLAGS for part in f.write(settings.get(f.field), absolute)]
 
 
-__all__ = ["FLAGS", "Flag", "add_arguments", "settings_args", "settings_values"]
+__all__ = ["FLAGS", "Flag", "add_arguments", "path_flags", "settings_args", "settings_values"]
