@@ -31,8 +31,8 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from ..checks import UsageError, UsageTypeError
-from ..pipelines.frameworks import framework, mindspore_mode
-from ..pipelines.widen import widened_per_call
+from ..frameworks import framework, mindspore_mode
+from ..frameworks.torch import widened_per_call
 from ..registry import backend
 from .boundary import as_call, call_signature
 from .component_call import DENOISER, METHODS, call_name, entry
@@ -588,7 +588,7 @@ def _torch_floors(torch_module: Any, args: Sequence[Any], kwargs: Mapping[str, A
     same inputs (None where the outputs do not match up).
 
     Each submodule is cast to float64 while it runs and back after it (exact: every float32 value
-    is a float64 value) by :func:`xrand.pipelines.widen.widened_per_call`, under which float32
+    is a float64 value) by :func:`xrand.frameworks.torch.widened_per_call`, under which float32
     pinned inside the model (and the captured inputs' float32) widens too.
     """
     import torch
