@@ -4,13 +4,16 @@ MindSpore above the noise layer lives in a :class:`Framework` subclass (``torch.
 A recipe, the generic loop, recording and lockstep never ask which framework they drive: they
 call ``fw.load_pipeline``, ``fw.randn``, ``fw.tensor``, ``fw.to_numpy``, ``fw.running`` and the
 library's own classes from ``fw.import_library()`` (``diffusers`` on torch,
-``mindone.diffusers`` on MindSpore, which use the same class names).
+``mindone.diffusers`` on MindSpore, which use the same class names); ``--layers`` hooks every
+submodule of a denoiser through ``fw.submodules`` and ``fw.hooked``.
 """
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
-from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
+import inspect
+from typing import Any, Callable, Dict, Iterable, Iterator, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -18,6 +21,9 @@ from ..checks import UsageError
 from ..registry import backend
 from .quiet import silenced
 from .threads import Load
+
+
+_PARAMETERS: Dict[type, Optional[set]] = {}  # a module class -> the names its forward takes (None: any)
 
 
 @contextlib.contextmanager
@@ -157,6 +163,56 @@ class Framework:
     def pipeline_device(self, pipe: Any) -> Any:
         """Where the pipeline's tensors are made (None: the framework's context decides)."""
         return None
+
+    def is_module(self, value: Any) -> bool:
+        """Whether ``value`` is a module of this framework (a torch ``nn.Module``, a MindSpore ``nn.Cell``)."""
+        raise NotImplementedError
+
+    def submodules(self, module: Any) -> Iterable[Tuple[str, Any]]:
+        """``(qualified name, submodule)`` for ``module`` itself (named ``""``) and every module
+        inside it, parents first (``down_blocks.0.resnets.0.conv1``)."""
+        raise NotImplementedError
+
+    def module_device(self, module: Any) -> Any:
+        """Where a module's (first) weights are, and so its inputs go (None: the framework's context decides)."""
+        return None
+
+    @contextlib.contextmanager
+    def hooked(self, named: Iterable[Tuple[str, Any]], pre: Optional[Callable[..., Any]] = None,
+               post: Optional[Callable[..., Any]] = None) -> Iterator[None]:
+        """Inside the block, every call of each ``(name, module)`` of ``named`` (from :meth:`submodules`)
+        runs ``pre(name, module, args, kwargs)`` before it and ``post(name, module, args, kwargs, output)``
+        after it, through the modules' forward hooks (removed after the block). What ``pre`` returns,
+        an ``(args, kwargs)`` pair, replaces the call's inputs, and what ``post`` returns its output
+        (None: they stay). The block runs eagerly, where hooks see every call: torch without
+        gradients, MindSpore in PyNative mode (:meth:`_eager`)."""
+        handles = []
+        for name, module in named:
+            if pre is not None:
+                handles.append(module.register_forward_pre_hook(functools.partial(pre, name), with_kwargs=True))
+            if post is not None:
+                handles.append(module.register_forward_hook(functools.partial(post, name), with_kwargs=True))
+        try:
+            with self._eager():
+                yield
+        finally:
+            for h in handles:
+                h.remove()
+
+    def _eager(self) -> contextlib.AbstractContextManager:
+        """Around the calls :meth:`hooked` sees."""
+        raise NotImplementedError
+
+    def takes(self, module: Any, kwargs: Mapping[str, Any]) -> bool:
+        """Whether ``module``'s forward (:meth:`forward_of`) takes these keyword arguments: a text
+        encoder's blocks may name theirs otherwise on the two sides (mindone's transformers'
+        UMT5Block lacks torch's ``past_key_values``)."""
+        params = _PARAMETERS.get(type(module))
+        if params is None:
+            found = inspect.signature(self.forward_of(module)).parameters.values()
+            params = _PARAMETERS[type(module)] = None if any(p.kind is p.VAR_KEYWORD for p in found) else \
+                {p.name for p in found}
+        return params is None or all(k in params for k in kwargs)
 
     def running(self, device: Optional[str], mode: str, identity: Optional[Mapping[str, Any]] = None
                 ) -> contextlib.AbstractContextManager:

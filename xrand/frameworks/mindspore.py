@@ -191,6 +191,17 @@ class MindSpore(Framework):
     def forward_of(self, module):
         return module.construct
 
+    def is_module(self, value):
+        from mindspore import nn
+
+        return isinstance(value, nn.Cell)
+
+    def submodules(self, module):
+        return module.cells_and_names()
+
+    def _eager(self):
+        return mindspore_mode("pynative")
+
     @contextlib.contextmanager
     def running(self, device, mode, identity=None):
         from ..backends.mindspore import use_device_target

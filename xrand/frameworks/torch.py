@@ -71,6 +71,25 @@ class Torch(Framework):
     def forward_of(self, module):
         return module.forward
 
+    def is_module(self, value):
+        import torch
+
+        return isinstance(value, torch.nn.Module)
+
+    def submodules(self, module):
+        return module.named_modules()
+
+    def module_device(self, module):
+        return next(module.parameters()).device
+
+    def _eager(self):
+        import torch
+
+        return torch.no_grad()
+
+    def pipeline_device(self, pipe):
+        return pipe.device
+
     @contextlib.contextmanager
     def running(self, device, mode, identity=None):
         import torch
