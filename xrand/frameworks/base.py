@@ -46,6 +46,7 @@ class Framework:
     name: str = ""
     library: str = ""  # the diffusion library's package, e.g. "diffusers"
     extras: str = ""  # what pip installs it with
+    forward: str = ""  # the method a module's call runs: torch's "forward", MindSpore's "construct"
 
     def import_library(self) -> Any:
         """The diffusion library; a usage error saying what to install where it cannot be imported."""
@@ -157,7 +158,11 @@ class Framework:
         raise NotImplementedError
 
     def forward_of(self, module: Any) -> Any:
-        """The method a module's call runs (torch's ``forward``, MindSpore's ``construct``)."""
+        """The method a module's call runs (:attr:`forward`)."""
+        return getattr(module, self.forward)
+
+    def module_class(self) -> type:
+        """The framework's module class (torch's ``nn.Module``, MindSpore's ``nn.Cell``)."""
         raise NotImplementedError
 
     def pipeline_device(self, pipe: Any) -> Any:
@@ -165,8 +170,8 @@ class Framework:
         return None
 
     def is_module(self, value: Any) -> bool:
-        """Whether ``value`` is a module of this framework (a torch ``nn.Module``, a MindSpore ``nn.Cell``)."""
-        raise NotImplementedError
+        """Whether ``value`` is a module of this framework (:meth:`module_class`)."""
+        return isinstance(value, self.module_class())
 
     def submodules(self, module: Any) -> Iterable[Tuple[str, Any]]:
         """``(qualified name, submodule)`` for ``module`` itself (named ``""``) and every module

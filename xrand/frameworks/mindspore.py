@@ -99,6 +99,7 @@ class MindSpore(Framework):
     name = "mindspore"
     library = "mindone.diffusers"
     extras = "mindspore,diffusers"
+    forward = "construct"
     _dtype_argument = "mindspore_dtype"
 
     def check_device(self, device):
@@ -188,13 +189,10 @@ class MindSpore(Framework):
 
         return tensor.astype(getattr(ms, dtype))
 
-    def forward_of(self, module):
-        return module.construct
-
-    def is_module(self, value):
+    def module_class(self):
         from mindspore import nn
 
-        return isinstance(value, nn.Cell)
+        return nn.Cell
 
     def submodules(self, module):
         return module.cells_and_names()

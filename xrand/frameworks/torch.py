@@ -22,6 +22,7 @@ class Torch(Framework):
     name = "torch"
     library = "diffusers"
     extras = "torch,diffusers"
+    forward = "forward"
     _dtype_argument = "torch_dtype"
 
     def check_device(self, device):
@@ -68,13 +69,10 @@ class Torch(Framework):
 
         return tensor.to(getattr(torch, dtype))
 
-    def forward_of(self, module):
-        return module.forward
-
-    def is_module(self, value):
+    def module_class(self):
         import torch
 
-        return isinstance(value, torch.nn.Module)
+        return torch.nn.Module
 
     def submodules(self, module):
         return module.named_modules()
