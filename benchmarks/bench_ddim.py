@@ -91,7 +91,7 @@ def child(model: str, repeats: int, compare_steps: List[int], profile: bool) -> 
     """Runs in a fresh process: load both pipelines, time them interleaved; returns a dict."""
     import numpy as np
 
-    from xrand.pipelines.quiet import silenced
+    from xrand.frameworks.quiet import silenced
 
     with silenced():
         import mindspore  # noqa: F401
@@ -100,7 +100,7 @@ def child(model: str, repeats: int, compare_steps: List[int], profile: bool) -> 
     from xrand.compare import Pair, compare_loaded, make_plan
     from xrand.compare.sides import load
     from xrand.mindspore_cpu import onednn_isa
-    from xrand.pipelines.frameworks import mindspore_mode
+    from xrand.frameworks import mindspore_mode
     from xrand.pipelines.settings import Settings
 
     result = {"torch_threads": torch.get_num_threads(), "load_s": {}, "warmup_s": {}, "steps": {}}
@@ -338,7 +338,7 @@ def run(repeats: int = 5) -> Section:
                 "(`run_op_async` and the `pyboost_*` calls in the profiles below); graph mode compiles the UNet "
                 "into one graph, dispatched once per step. "
                 "That is why `xrand compare` runs graph mode by default, its compiled graph kept between "
-                "processes (xrand.pipelines.graph_cache), and PyNative on request.")
+                "processes (xrand.frameworks.mindspore.compile_cache), and PyNative on request.")
         for label, mode, n, times in compare_rows:
             over = [c / d - 1 for c, d in zip(times["compare"], times["direct"])]
             extra = [c - d for c, d in zip(times["compare"], times["direct"])]

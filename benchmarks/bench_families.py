@@ -44,7 +44,7 @@ def child(root: str, repeats: int) -> dict:
     """Runs in a fresh process: each family loaded once, its pipelines timed interleaved."""
     import numpy as np
 
-    from xrand.pipelines.quiet import silenced
+    from xrand.frameworks.quiet import silenced
 
     with silenced():
         import mindspore  # noqa: F401
@@ -52,7 +52,7 @@ def child(root: str, repeats: int) -> dict:
 
     from xrand.compare import make_plan
     from xrand.compare.sides import load
-    from xrand.pipelines.frameworks import mindspore_mode
+    from xrand.frameworks import mindspore_mode
     from xrand.pipelines.settings import Settings
 
     out = {}

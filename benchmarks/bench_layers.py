@@ -30,7 +30,7 @@ LOCKSTEP_SECONDS = 1.0  # lockstep steps per timed call: about this long (1 to 2
 
 def child(model: str, repeats: int, profile: bool) -> dict:
     """Runs in a fresh process: load both pipelines, time lockstep and layers interleaved."""
-    from xrand.pipelines.quiet import silenced
+    from xrand.frameworks.quiet import silenced
 
     with silenced():
         import mindspore  # noqa: F401

@@ -54,7 +54,7 @@ def _pairs():
                     None,
                 ))
     try:
-        from xrand.pipelines.quiet import silenced
+        from xrand.frameworks.quiet import silenced
 
         with silenced():
             import mindspore as ms

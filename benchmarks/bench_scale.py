@@ -55,7 +55,7 @@ def child(argv) -> None:
     # "torch" / "torch-scoped": torch's stages for two machines, --layers (--layers-scope down_blocks.1)
     model, size, stages_asked, steps = argv[0], int(argv[1]), argv[2], int(argv[3])
     every_stage = stages_asked == "all"
-    from xrand.pipelines.quiet import silenced
+    from xrand.frameworks.quiet import silenced
 
     with silenced():
         import mindspore  # noqa: F401
@@ -168,7 +168,7 @@ def speed_child(argv) -> None:
 
     model, size, side, steps = argv[0], int(argv[1]), argv[2], int(argv[3])
     framework, _, mode = side.partition(":")
-    from xrand.pipelines.quiet import silenced
+    from xrand.frameworks.quiet import silenced
 
     with silenced():
         import mindspore  # noqa: F401

@@ -32,7 +32,7 @@ def child(model: str, repeats: int) -> dict:
     """Runs in a fresh process: load both pipelines once, time them and compare, interleaved."""
     import numpy as np
 
-    from xrand.pipelines.quiet import silenced
+    from xrand.frameworks.quiet import silenced
 
     with silenced():
         import mindspore  # noqa: F401
@@ -40,7 +40,7 @@ def child(model: str, repeats: int) -> dict:
 
     from xrand.compare import Pair, compare_loaded, make_plan
     from xrand.compare.sides import load
-    from xrand.pipelines.frameworks import mindspore_mode
+    from xrand.frameworks import mindspore_mode
     from xrand.pipelines.settings import Settings
 
     settings = make_plan(Settings(model=model, steps=STEPS, batch_size=1, prompt=PROMPT))

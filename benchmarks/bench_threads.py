@@ -9,7 +9,7 @@ steps, batch 4, the noise floor on) twice in fresh processes, in rotating order:
 ``OMP_NUM_THREADS`` set to the cores this process may use (the counts xrand ran before: torch's
 default, the physical cores, and MindSpore's, the usable cores: both 2 on this machine), and
 "after", with nothing set, so each side picks its threads by the rule of
-``xrand/pipelines/threads.py`` (the usable cores less those other processes keep busy). A
+``xrand/frameworks/threads.py`` (the usable cores less those other processes keep busy). A
 warm-up comparison first puts MindSpore's graphs in the compile cache. The seconds, threads and
 load are those report.json gives for each side. Reported only: no target.
 """

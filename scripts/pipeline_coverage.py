@@ -175,7 +175,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(ROOT / "docs" / "pipelines.md"))
     args = parser.parse_args()
-    from xrand.pipelines.quiet import silenced
+    from xrand.frameworks.quiet import silenced
 
     with silenced():
         text = markdown()

@@ -180,7 +180,7 @@ def assert_forked_child_continues(setup: str, numel: int) -> None:
 
 @pytest.fixture(autouse=True, scope="session")
 def _private_graph_cache(tmp_path_factory):
-    """MindSpore's compiled graphs (xrand.pipelines.graph_cache) go to a temporary folder, not
+    """MindSpore's compiled graphs (xrand.frameworks.mindspore.compile_cache) go to a temporary folder, not
     the user's cache, for this process and the xrand processes tests start."""
     saved = os.environ.get("XRAND_CACHE_DIR")
     os.environ["XRAND_CACHE_DIR"] = str(tmp_path_factory.mktemp("xrand-cache"))

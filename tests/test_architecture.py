@@ -19,7 +19,7 @@ LAYERS = {
     "xrand.backends": 2, "xrand.registry": 2,
     "xrand.generator": 3, "xrand.noise": 3, "xrand.determinism": 3, "xrand.brownian": 3,
     "xrand.mindspore_cpu": 3,
-    "xrand.patch": 4,
+    "xrand.patch": 4, "xrand.frameworks": 4,
     "xrand.pipelines": 5, "xrand.models": 5,
     "xrand.compare": 6,
     "xrand.report": 7,
@@ -192,7 +192,7 @@ def test_patch_maps_each_libraries_own_signature():
     """mindone's randn_tensor(shape, generator, dtype) and diffusers' (shape, generator, device, dtype)."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("mindone")
-    from xrand.pipelines.quiet import silenced
+    from xrand.frameworks.quiet import silenced
 
     with silenced():
         import mindspore as ms

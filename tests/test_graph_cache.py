@@ -1,7 +1,7 @@
 """MindSpore's graph mode with xrand's keyed compile cache: the same numbers as PyNative, from a
 fresh process too, whatever the weights; a key that follows what changes a graph; graph-mode calls
 that compute Linear layers as PyNative does and set the sub-cells' compile phase directly
-(xrand.pipelines.graph_calls)."""
+(xrand.frameworks.mindspore_graph)."""
 import json
 import os
 import shutil
@@ -19,7 +19,7 @@ pytest.importorskip("mindone.diffusers")
 from conftest import make_tiny_model  # noqa: E402
 from xrand import mindspore_cpu  # noqa: E402
 from xrand.compare import make_plan  # noqa: E402
-from xrand.pipelines import graph_cache  # noqa: E402
+from xrand.frameworks import mindspore as graph_cache  # noqa: E402
 from xrand.pipelines.settings import Settings  # noqa: E402
 
 
@@ -156,8 +156,8 @@ def test_the_cache_folder_follows_xrand_cache_dir_then_xdg(monkeypatch, tmp_path
 def test_graph_calls_set_every_sub_cells_phase_as_mindspores_setter_does():
     from mindspore import nn
 
-    from xrand.pipelines.frameworks import mindspore_mode
-    from xrand.pipelines.graph_calls import direct_phase_setter
+    from xrand.frameworks import mindspore_mode
+    from xrand.frameworks.mindspore_graph import direct_phase_setter
 
     def phases(net):
         return {name: cell._compile_phase for name, cell in net.cells_and_names()}
@@ -191,7 +191,7 @@ def test_graph_calls_set_every_sub_cells_phase_as_mindspores_setter_does():
 def test_graph_mode_linear_layers_give_pynatives_bits(shape, bias):
     from mindspore import mint
 
-    from xrand.pipelines.frameworks import mindspore_mode
+    from xrand.frameworks import mindspore_mode
 
     rng = np.random.default_rng(len(shape))
     net = mint.nn.Linear(shape[-1], 512, bias=bias)

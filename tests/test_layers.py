@@ -75,7 +75,7 @@ def test_the_float64_pass_widens_one_module_at_a_time_and_restores_every_dtype()
     float64 only while it runs, and every dtype back afterwards, even after a call that raised."""
     import torch
 
-    from xrand.pipelines.widen import widened, widened_per_call
+    from xrand.frameworks.torch import widened, widened_per_call
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.LayerNorm(8), torch.nn.GELU(),

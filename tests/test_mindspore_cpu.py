@@ -12,7 +12,7 @@ import mindspore.mint.nn.functional as MF  # noqa: E402
 import torch.nn.functional as TF  # noqa: E402
 
 from xrand import mindspore_cpu  # noqa: E402
-from xrand.pipelines.frameworks import mindspore_mode  # noqa: E402
+from xrand.frameworks import mindspore_mode  # noqa: E402
 
 pytestmark = pytest.mark.skipif(ms.get_context("device_target") != "CPU",
                                 reason="the fallbacks only apply when MindSpore targets the CPU")

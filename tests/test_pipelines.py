@@ -213,7 +213,7 @@ def test_report_and_pictures_are_written_and_valid(eta1_comparison, ms, tmp_path
 
 # -- threads ---------------------------------------------------------------------------------------------
 def test_the_thread_rule_leaves_the_cores_other_processes_keep_busy():
-    from xrand.pipelines.threads import rule
+    from xrand.frameworks.threads import rule
 
     assert [rule(2, busy) for busy in (0.0, 0.4, 0.6, 1.0, 2.0, 7.5)] == [2, 2, 1, 1, 1, 1]
     assert (rule(16, 3.2), rule(16, 0.0, most=8), rule(4, None)) == (13, 8, 4)
@@ -232,7 +232,7 @@ def busy_process():
 
 
 def test_beside_a_busy_process_torch_runs_a_thread_fewer_and_the_side_says_why(tiny_model, busy_process, monkeypatch):
-    from xrand.pipelines.threads import rule, usable_cores
+    from xrand.frameworks.threads import rule, usable_cores
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     default = torch.get_num_threads()

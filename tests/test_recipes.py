@@ -182,7 +182,7 @@ def test_stable_diffusion_agrees_with_guidance_and_lockstep(sd_pair, tiny_sd, sc
 
 
 def test_stable_diffusion_in_graph_mode_gives_pynatives_bits(sd_pair, tiny_sd):
-    """Text encoder, UNet and VAE compiled; their Linear layers as PyNative's (xrand.pipelines.graph_calls)."""
+    """Text encoder, UNet and VAE compiled; their Linear layers as PyNative's (xrand.frameworks.mindspore_graph)."""
     graph = run(sd_pair.mindspore, plan(tiny_sd, "graph", guidance_scale=7.5, **PROMPT))
     pynative = run(sd_pair.mindspore, plan(tiny_sd, "pynative", guidance_scale=7.5, **PROMPT))
     np.testing.assert_array_equal(graph.images, pynative.images)

@@ -343,7 +343,7 @@ def test_ctrl_c_at_every_stage_of_a_compare_keeps_what_finished_and_the_same_com
     """SIGINT during stages of a digits compare (torch's and MindSpore's), sent when the stage's
     "running" line is printed: each run says what it kept and exits 130; each rerun of the same
     command runs only the stages still missing, and the last one finishes. MindSpore's graph
-    runtime turns SIGINT into SIGTERM once it has run (xrand.pipelines.interrupts): before the
+    runtime turns SIGINT into SIGTERM once it has run (xrand.frameworks.interrupts): before the
     fix a run interrupted after MindSpore's side ended by SIGTERM with nothing printed."""
     out = str(tmp_path / "o")
     command = [sys.executable, "-m", "xrand", "compare", "--steps", "2", "--batch-size", "1", "--lockstep",
@@ -381,7 +381,7 @@ def test_a_sigterm_from_outside_still_ends_the_command_by_sigterm(tmp_path):
     """keyboard_interrupts takes only MindSpore's SIGTERM (sent while SIGINT is MindSpore's) for a
     Ctrl-C; a SIGTERM from outside ends the process as it did before (exit status 143 in a shell)."""
     code = ("import os, signal, time\n"
-            "from xrand.pipelines.interrupts import keyboard_interrupts\n"
+            "from xrand.frameworks.interrupts import keyboard_interrupts\n"
             "with keyboard_interrupts():\n"
             "    print('ready', flush=True)\n"
             "    time.sleep(60)\n")

@@ -22,7 +22,7 @@ from .registry import (
     use_backend,
 )
 from .patch import is_patched, patch, patched, unpatch
-from .pipelines.quiet import silenced as quiet
+from .frameworks.quiet import silenced as quiet
 from .streams import register_stream, stream_names
 
 __all__ = [

@@ -26,8 +26,8 @@ def default_model() -> str:
 def import_frameworks(names: List[str]) -> None:
     """Import the frameworks' libraries; a Ctrl-C meanwhile stops the command once they are in
     (a MindSpore import cut short aborts the interpreter at exit)."""
-    from .pipelines.frameworks import framework
-    from .pipelines.interrupts import interrupts_deferred
+    from .frameworks import framework
+    from .frameworks.interrupts import interrupts_deferred
 
     with interrupts_deferred():
         for name in names:
@@ -49,7 +49,7 @@ def _plan(args, frameworks=("torch", "mindspore"), layers=None, noise_floor=None
     """The command line's settings and options, resolved once (every check before any model loads);
     ``override``: settings fields that replace the command line's."""
     from .compare.plan import make_plan
-    from .pipelines.interrupts import interrupts_deferred
+    from .frameworks.interrupts import interrupts_deferred
 
     if noise_floor is None:  # the floor's float64 rerun draws xrand's shared noise: not with --noise native
         noise_floor = not getattr(args, "no_noise_floor", True) and args.noise != "native"
@@ -61,7 +61,7 @@ def _plan(args, frameworks=("torch", "mindspore"), layers=None, noise_floor=None
 
 
 def _devices(pairs: List[str]) -> Dict[str, str]:
-    from .pipelines.frameworks import FRAMEWORKS
+    from .frameworks import FRAMEWORKS
 
     devices = {}
     for pair in pairs or []:
@@ -277,7 +277,7 @@ def _compare_matrix(args, out_dir: str) -> int:
 def cmd_run(args) -> int:
     from .compare.sidefile import save_side
     from .compare.sides import run_side
-    from .pipelines.frameworks import FRAMEWORKS
+    from .frameworks import FRAMEWORKS
 
     if args.backend not in FRAMEWORKS:
         raise UsageError(f"--backend {args.backend!r}: accepted: {', '.join(FRAMEWORKS)}")
@@ -336,8 +336,8 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_doctor(args) -> int:
-    from .pipelines.environment import fingerprint
-    from .pipelines.frameworks import FRAMEWORKS
+    from .frameworks.environment import fingerprint
+    from .frameworks import FRAMEWORKS
     from .registry import available_backends, get_backend
 
     rows = available_backends()
@@ -399,8 +399,8 @@ def _installed_version(name: str) -> str:
 
 
 def _graph_cache_info() -> Dict[str, object]:
-    """Where MindSpore's compiled graphs are kept (xrand.pipelines.graph_cache), how many, how large."""
-    from .pipelines.graph_cache import cache_root
+    """Where MindSpore's compiled graphs are kept (xrand.frameworks.mindspore.compile_cache), how many, how large."""
+    from .frameworks.mindspore import cache_root
 
     folder = cache_root()
     graphs = [entry for entry in os.scandir(folder) if entry.is_dir()] if os.path.isdir(folder) else []
@@ -411,7 +411,7 @@ def _graph_cache_info() -> Dict[str, object]:
 
 def _add_settings(p: argparse.ArgumentParser) -> None:
     from .pipelines.flags import add_arguments
-    from .pipelines.frameworks import DEFAULT_MINDSPORE_MODE, MINDSPORE_MODES
+    from .frameworks import DEFAULT_MINDSPORE_MODE, MINDSPORE_MODES
 
     add_arguments(p)  # every setting's flag
     p.add_argument("--device", action="append", metavar="FRAMEWORK=DEVICE",
@@ -503,7 +503,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         parser.print_help()
         return 2
     try:
-        from .pipelines.interrupts import keyboard_interrupts
+        from .frameworks.interrupts import keyboard_interrupts
         from .registry import check_backend_variable
 
         check_backend_variable()  # every command reads it the same way, before any work

@@ -75,14 +75,7 @@ def entry(fw: Any, pipe: Any, component: str) -> Any:
     key = (fw.name, component)
     if key not in _ENTRIES:
         method = METHODS[component]
-        if fw.name == "torch":
-            import torch
-
-            base, run = torch.nn.Module, "forward"
-        else:
-            import mindspore
-
-            base, run = mindspore.nn.Cell, "construct"
+        base = fw.module_class()
 
         def __init__(self, module):
             base.__init__(self)
@@ -92,7 +85,7 @@ def entry(fw: Any, pipe: Any, component: str) -> Any:
             module = getattr(self, component)
             return (module if method is None else getattr(module, method))(*args, **kwargs)
 
-        _ENTRIES[key] = type(f"{component}.{method or 'call'}", (base,), {"__init__": __init__, run: call})
+        _ENTRIES[key] = type(f"{component}.{method or 'call'}", (base,), {"__init__": __init__, fw.forward: call})
     return _ENTRIES[key](getattr(pipe, component))
 
 

@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, Optional
 import numpy as np
 
 from ..checks import UsageError
-from ..pipelines.widen import widened
+from ..frameworks.torch import widened
 from .metrics import flat, rel_l2
 from .plan import Plan
 from .sides import CountingGenerator, Loaded, run
@@ -53,7 +53,7 @@ class DrawsIn(CountingGenerator):
     A float64 run of a pipeline must see the float32 run's noise (cast up), not a float64 draw:
     torch-cpu's float64 normals are other numbers, not wider copies of the float32 ones. Draws
     that are float32 in both runs (the Brownian tree's, xrand.brownian) stay as they are, and
-    every draw is made outside :func:`xrand.pipelines.widen.widened_torch`.
+    every draw is made outside :func:`xrand.frameworks.torch.widened_torch`.
     """
 
     def __init__(self, seed: int, stream: str, dtype: str) -> None:

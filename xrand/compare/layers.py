@@ -20,7 +20,6 @@ written only for the modules named in ``dump``.
 from __future__ import annotations
 
 import difflib
-import inspect
 import math
 import os
 import tempfile
@@ -31,8 +30,8 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from ..checks import UsageError, UsageTypeError
-from ..pipelines.frameworks import framework, mindspore_mode
-from ..pipelines.widen import widened_per_call
+from ..frameworks import framework
+from ..frameworks.torch import widened_per_call
 from ..registry import backend
 from .boundary import as_call, call_signature
 from .component_call import DENOISER, METHODS, call_name, entry
@@ -203,7 +202,7 @@ def check_threshold(value: Any, what: str = "layer tolerance") -> float:
 
 def check_module_names(torch_module: Any, names: Iterable[str]) -> List[str]:
     """The names, if each is a submodule of ``torch_module``; else UsageError naming the first unknown."""
-    known = [n for n, _ in torch_module.named_modules() if n]
+    known = [n for n, _ in framework("torch").submodules(torch_module) if n]
     known_set = set(known)
     names = list(names)
     for name in names:
@@ -230,20 +229,22 @@ def check_dump_dir(path: Any) -> str:
 
 # ----------------------------------------------------------------------------- conversions
 
-def _ms_values(value: Any) -> List[np.ndarray]:
-    """The MindSpore tensors in ``value``, as arrays (bfloat16 as float32), in :func:`leaves` order."""
-    ms = framework("mindspore")
-    return [backend("mindspore").to_numpy(t) for t in leaves(value) if ms.is_tensor(t)]
+def _values(fw: Any, value: Any) -> List[np.ndarray]:
+    """The tensors of framework ``fw`` in ``value``, as arrays (bfloat16 as float32), in :func:`leaves` order."""
+    return [backend(fw.name).to_numpy(t) for t in leaves(value) if fw.is_tensor(t)]
 
 
-def _with_values(value: Any, values: Iterable[np.ndarray]) -> Any:
-    """``value`` (a MindSpore output) with each tensor replaced by the next array, in its dtype."""
-    ms, it = framework("mindspore"), iter(values)
-    return map_leaves(lambda v: ms.tensor(next(it), ms.dtype_of(v)) if ms.is_tensor(v) else v, value)
+def _with_values(fw: Any, value: Any, values: Iterable[np.ndarray]) -> Any:
+    """``value`` (an output of framework ``fw``) with each tensor replaced by the next array, in its dtype."""
+    it = iter(values)
+    return map_leaves(lambda v: fw.tensor(next(it), fw.dtype_of(v)) if fw.is_tensor(v) else v, value)
 
 
-def _dtype_name(dtype: Any) -> str:
-    return str(dtype).replace("torch.", "").lower()
+def _call(fw: Any, module: Any, args: Sequence[Any], kwargs: Mapping[str, Any], dtype: Optional[str] = None) -> Any:
+    """``module`` of framework ``fw`` called on ``args`` and ``kwargs`` made its tensors, floating
+    arrays in ``dtype`` (default: the module's weights'), where its weights are."""
+    dtype, device = dtype or fw.module_dtype(module), fw.module_device(module)
+    return module(*restore(list(args), fw, device, dtype), **restore(dict(kwargs), fw, device, dtype))
 
 
 def _dump_entries(prefix: str, args: Any, kwargs: Mapping[str, Any]) -> List[Tuple[str, np.ndarray]]:
@@ -316,17 +317,17 @@ def torch_layers(torch_module: Any, args: Sequence[Any], kwargs: Optional[Mappin
     """1. torch: every submodule call (under ``scope``) recorded with its inputs and outputs, in
     execution order; with ``floors``, the same call once more in float64 (:func:`_torch_floors`).
     ``writer``: where the record goes (a comparison folder's, or memory)."""
+    pt = framework("torch")
     scope = list(scope)
     if scope:
-        check_scope((n for n, _ in torch_module.named_modules()), scope, type(torch_module).__name__)
+        check_scope((n for n, _ in pt.submodules(torch_module)), scope, type(torch_module).__name__)
     writer = writer or RecordWriter("layers")
     kwargs = dict(kwargs or {})
     calls = _torch_calls(torch_module, args, kwargs, writer, scope)
     files = writer.close({"calls": calls})
     reader = RecordReader.of(writer) if writer.folder is None else \
         RecordReader.open(writer.folder, writer.name, files, "torch layers")
-    param = next(torch_module.parameters())
-    meta = {"dtype": _dtype_name(param.dtype), "module": type(torch_module).__name__, "scope": scope,
+    meta = {"dtype": pt.module_dtype(torch_module), "module": type(torch_module).__name__, "scope": scope,
             "floors": _torch_floors(torch_module, args, kwargs, calls, reader) if floors else None}
     return TorchLayers(reader, meta, files)
 
@@ -361,7 +362,7 @@ def layer_diff(torch_module: Any, ms_cell: Any, args: Sequence[Any], kwargs: Opt
     # Torch's float64 pass (the floor) right after its pass in the run's dtype, before MindSpore runs, so
     # that torch's thread pool does not start while MindSpore's may still hold the cores.
     recorded = torch_layers(torch_module, args, kwargs, floors=threshold is None, scope=scope)
-    if not hasattr(ms_cell, "cells_and_names"):  # a function making it, now that torch's passes are done
+    if not framework("mindspore").is_module(ms_cell):  # a function making it, now that torch's passes are done
         ms_cell = ms_cell()
     report = mindspore_layers(recorded.reader, recorded.meta, ms_cell, threshold=threshold, dump=dump,
                               dump_dir=dump_dir, step=step, timestep=timestep)
@@ -388,7 +389,7 @@ def mindspore_layers(reader: RecordReader, meta: Mapping[str, Any], ms_cell: Any
                          f"({len(calls)} calls); accepted: a module under --layers-scope {scope or 'everything'}")
     index = {(c.name, c.call): c for c in calls}
     root_args, root_kwargs = calls[0].args, calls[0].kwargs  # the denoiser's own call, as torch made it
-    cells = {name: cell for name, cell in ms_cell.cells_and_names() if in_scope(name, scope)}
+    cells = {name: cell for name, cell in framework("mindspore").submodules(ms_cell) if in_scope(name, scope)}
     errors = Errors()
     dumps: Dict[str, List[Tuple[str, np.ndarray]]] = {}
     nonfinite: Dict[str, Any] = {}
@@ -431,40 +432,26 @@ def _torch_calls(torch_module: Any, args: Sequence[Any], kwargs: Mapping[str, An
                  scope: Sequence[str]) -> List[Dict[str, Any]]:
     """torch: every submodule call's inputs and outputs (under ``scope``), stored by ``writer`` as
     they are made, in execution order (pre-order)."""
-    import torch
-
     pt = framework("torch")
-    param = next(torch_module.parameters())
     capture = Capture(pt)
     calls: List[Dict[str, Any]] = []
     stack: List[int] = []
     counts: Dict[str, int] = {}
-    handles = []
-    for name, module in torch_module.named_modules():
-        if not in_scope(name, scope):
-            continue
 
-        def pre(module, a, kw, name=name):
-            k = counts.get(name, 0)
-            counts[name] = k + 1
-            calls.append({"name": name, "type": type(module).__name__, "call": k,
-                          "args": writer.encode(capture(a)), "kwargs": writer.encode(capture(kw))})
-            stack.append(len(calls) - 1)
+    def pre(name, module, a, kw):
+        k = counts.get(name, 0)
+        counts[name] = k + 1
+        calls.append({"name": name, "type": type(module).__name__, "call": k,
+                      "args": writer.encode(capture(a)), "kwargs": writer.encode(capture(kw))})
+        stack.append(len(calls) - 1)
 
-        def post(module, a, kw, output):
-            i = stack.pop()
-            calls[i]["nested"] = len(calls) - 1 - i
-            calls[i]["outputs"] = writer.encode(arrays(capture(output)))
+    def post(name, module, a, kw, output):
+        i = stack.pop()
+        calls[i]["nested"] = len(calls) - 1 - i
+        calls[i]["outputs"] = writer.encode(arrays(capture(output)))
 
-        handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
-        handles.append(module.register_forward_hook(post, with_kwargs=True))
-    try:
-        with torch.no_grad():
-            torch_module(*restore(list(args), pt, param.device, _dtype_name(param.dtype)),
-                         **restore(dict(kwargs), pt, param.device, _dtype_name(param.dtype)))
-    finally:
-        for h in handles:
-            h.remove()
+    with pt.hooked(((n, m) for n, m in pt.submodules(torch_module) if in_scope(n, scope)), pre, post):
+        _call(pt, torch_module, args, kwargs)
     return calls
 
 
@@ -480,7 +467,7 @@ def _ms_as_run(ms_cell: Any, cells: Mapping[str, Any], index: Mapping[Tuple[str,
     inputs: List[Any] = []
     called = set()
 
-    def pre(cell, a, kw, name):
+    def pre(name, cell, a, kw):
         k = counts.get(name, 0)
         counts[name] = k + 1
         stack.append((name, k))
@@ -490,12 +477,12 @@ def _ms_as_run(ms_cell: Any, cells: Mapping[str, Any], index: Mapping[Tuple[str,
             values = map_leaves(lambda v: backend("mindspore").to_numpy(v) if ms.is_tensor(v) else v, (list(a), dict(kw)))
             dumps.setdefault(name, []).extend(_dump_entries(f"call{k}", *values))
 
-    def post(cell, a, kw, output, name):
+    def post(name, cell, a, kw, output):
         key, given = stack.pop(), inputs.pop()
-        outputs = _ms_values(output)
+        outputs = _values(ms, output)
         if not nonfinite and nonfinite_count(outputs):
             nonfinite.update(module=key[0] + (f"#{key[1]}" if key[1] else ""), type=type(cell).__name__,
-                             inputs_finite=not nonfinite_count(_ms_values(given)))
+                             inputs_finite=not nonfinite_count(_values(ms, given)))
         c = index.get(key)
         if c is not None:
             c.ms_global = errors(c.outputs, outputs, max_abs=True)
@@ -504,7 +491,8 @@ def _ms_as_run(ms_cell: Any, cells: Mapping[str, Any], index: Mapping[Tuple[str,
         if name in dump:
             dumps[name].extend((f"call{key[1]}.output.{i}", o) for i, o in enumerate(outputs))
 
-    _run_hooked(ms_cell, cells, pre, post, args, kwargs)
+    with ms.hooked(cells.items(), pre, post):
+        _call(ms, ms_cell, args, kwargs)
     return called
 
 
@@ -518,7 +506,7 @@ def _ms_fed(ms_cell: Any, cells: Mapping[str, Any], index: Mapping[Tuple[str, in
     counts: Dict[str, int] = {}
     stack: List[Optional[_Call]] = []
 
-    def pre(cell, a, kw, name):
+    def pre(name, cell, a, kw):
         k = counts.get(name, 0)
         counts[name] = k + 1
         c = index.get((name, k))
@@ -527,42 +515,29 @@ def _ms_fed(ms_cell: Any, cells: Mapping[str, Any], index: Mapping[Tuple[str, in
         if c is None:
             return None
         given_args, given_kwargs = c.args, c.kwargs
-        if not (convertible(given_args) and convertible(given_kwargs)) or not _takes(cell, given_kwargs):
+        # a cell whose construct names its keyword arguments otherwise runs on its own inputs
+        if not (convertible(given_args) and convertible(given_kwargs)) or not ms.takes(cell, given_kwargs):
             return None
         if parent is not None:  # what the parent's own operations made of torch's values
-            made = errors(arrays((given_args, given_kwargs)), _ms_values((list(a), dict(kw))))
+            made = errors(arrays((given_args, given_kwargs)), _values(ms, (list(a), dict(kw))))
             if made is not None and made["rel_l2"] > parent.ms_local_inputs:
                 parent.ms_local_inputs = made["rel_l2"]
         return tuple(restore(list(given_args), ms)), restore(dict(given_kwargs), ms)
 
-    def post(cell, a, kw, output, name):
+    def post(name, cell, a, kw, output):
         c = stack.pop()
         if c is None:
             return None
-        outputs, reference = _ms_values(output), c.outputs
+        outputs, reference = _values(ms, output), c.outputs
         c.ms_local = errors(reference, outputs)
         if name in dump:
             dumps.setdefault(name, []).extend((f"call{c.call}.local_output.{i}", o) for i, o in enumerate(outputs))
         if c.ms_local is None or not stack:
             return None
-        return _with_values(output, reference)  # hand on torch's outputs
+        return _with_values(ms, output, reference)  # hand on torch's outputs
 
-    _run_hooked(ms_cell, cells, pre, post, args, kwargs)
-
-
-def _takes(cell: Any, kwargs: Mapping[str, Any]) -> bool:
-    """Whether ``cell``'s construct takes these keyword arguments: a text encoder's blocks may name
-    theirs otherwise in mindone's transformers (UMT5Block: torch's ``past_key_values``); such a
-    call runs on its own inputs."""
-    params = _PARAMETERS.get(type(cell))
-    if params is None:
-        found = inspect.signature(cell.construct).parameters.values()
-        params = _PARAMETERS[type(cell)] = None if any(p.kind is p.VAR_KEYWORD for p in found) else \
-            {p.name for p in found}
-    return params is None or all(k in params for k in kwargs)
-
-
-_PARAMETERS: Dict[type, Optional[set]] = {}  # a cell class -> the names its construct takes (None: any)
+    with ms.hooked(cells.items(), pre, post):
+        _call(ms, ms_cell, args, kwargs)
 
 
 def _write_dump(names: Sequence[str], folder: str, calls: Sequence[_Call],
@@ -588,38 +563,27 @@ def _torch_floors(torch_module: Any, args: Sequence[Any], kwargs: Mapping[str, A
     same inputs (None where the outputs do not match up).
 
     Each submodule is cast to float64 while it runs and back after it (exact: every float32 value
-    is a float64 value) by :func:`xrand.pipelines.widen.widened_per_call`, under which float32
+    is a float64 value) by :func:`xrand.frameworks.torch.widened_per_call`, under which float32
     pinned inside the model (and the captured inputs' float32) widens too.
     """
-    import torch
-
     pt = framework("torch")
-    param = next(torch_module.parameters())
     errors = Errors()
     index = {(c["name"], c["call"]): i for i, c in enumerate(calls)}
     floors: List[Optional[float]] = [None] * len(calls)
     counts: Dict[str, int] = {}
-    handles = []
-    for name, module in torch_module.named_modules():
-        def post(module, a, output, name=name):
-            k = counts.get(name, 0)
-            counts[name] = k + 1
-            i = index.get((name, k))
-            if i is not None:
-                err = errors(reader.decode(calls[i]["outputs"]),
-                             [t.detach().cpu().numpy() for t in leaves(output) if pt.is_tensor(t)])
-                if err is not None:
-                    floors[i] = err["rel_l2"]
 
-        if (name, 0) in index:
-            handles.append(module.register_forward_hook(post))
-    try:
-        with torch.no_grad(), widened_per_call(torch_module):  # float64 throughout, one module's copy at a time
-            torch_module(*restore(list(args), pt, param.device, "float64"),
-                         **restore(dict(kwargs), pt, param.device, "float64"))
-    finally:
-        for h in handles:
-            h.remove()
+    def post(name, module, a, kw, output):
+        k = counts.get(name, 0)
+        counts[name] = k + 1
+        i = index.get((name, k))
+        if i is not None:
+            err = errors(reader.decode(calls[i]["outputs"]), _values(pt, output))
+            if err is not None:
+                floors[i] = err["rel_l2"]
+
+    recorded = ((n, m) for n, m in pt.submodules(torch_module) if (n, 0) in index)
+    with pt.hooked(recorded, post=post), widened_per_call(torch_module):
+        _call(pt, torch_module, args, kwargs, "float64")  # float64 throughout, one module's copy at a time
     return floors
 
 
@@ -672,26 +636,6 @@ class LayerOptions:
                                  "(e.g. down_blocks.0.resnets.0.conv1)")
             check_dump_dir(self.dump_dir)
         return self
-
-
-def _run_hooked(ms_cell, cells, pre, post, args, kwargs) -> None:
-    """One PyNative MindSpore call with ``pre(cell, args, kwargs, name)`` and
-    ``post(cell, args, kwargs, output, name)`` hooked on each of ``cells``, removed afterwards;
-    floating arrays among the inputs in the cell's parameter dtype."""
-    ms = framework("mindspore")
-    ms_dtype = _dtype_name(next(iter(ms_cell.get_parameters())).dtype)
-    handles = []
-    for name, cell in cells.items():
-        handles.append(cell.register_forward_pre_hook(
-            lambda cell, a, kw, name=name: pre(cell, a, kw, name), with_kwargs=True))
-        handles.append(cell.register_forward_hook(
-            lambda cell, a, kw, out, name=name: post(cell, a, kw, out, name), with_kwargs=True))
-    try:
-        with mindspore_mode("pynative"):
-            ms_cell(*restore(list(args), ms, None, ms_dtype), **restore(dict(kwargs), ms, None, ms_dtype))
-    finally:
-        for h in handles:
-            h.remove()
 
 
 def torch_layers_at_step(torch_side: Any, plan: Any, recording: Any, writer: Optional[RecordWriter] = None

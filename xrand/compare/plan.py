@@ -22,14 +22,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..checks import UsageError, UsageTypeError
+from ..frameworks import (BFLOAT16_ON_CPU, DEFAULT_MINDSPORE_MODE, FRAMEWORKS, PYNATIVE_ABOVE_BYTES, check_framework,
+                          check_mindspore_mode, framework, large_model_pynative)
+from ..frameworks.quiet import silenced
 from ..pipelines import schedulers
 from ..pipelines.components import COMPONENT_DTYPES_PYNATIVE, model_components
 from ..pipelines.folder import ModelFolder, check_components, read_folder
-from ..pipelines.frameworks import (BFLOAT16_ON_CPU, DEFAULT_MINDSPORE_MODE, FRAMEWORKS, PYNATIVE_ABOVE_BYTES,
-                                    check_framework, check_mindspore_mode, framework, large_model_pynative)
 from ..pipelines.inputs import read_input
 from ..pipelines.lora import adapter_name, check_lora_files
-from ..pipelines.quiet import silenced
 from ..pipelines.recipes import RECIPES, Recipe, recipe as recipe_named
 from ..pipelines.settings import Settings
 

@@ -17,16 +17,16 @@ from typing import Any, Container, Dict, List, Optional
 import numpy as np
 
 from ..checks import UsageError
+from ..frameworks import Framework, framework
+from ..frameworks.threads import measure as measure_load
 from ..generator import Generator
 from ..patch import patched
 from ..pipelines import schedulers
 from ..pipelines.brownian import use_xrand_brownian
 from ..pipelines.components import component_dtypes, model_components, use_component_dtypes
-from ..pipelines.frameworks import Framework, framework
 from ..pipelines.lora import use_loras
 from ..pipelines.loop import denoising_loop
 from ..pipelines.settings import Settings
-from ..pipelines.threads import measure as measure_load
 from .boundary import Boundary, Recording
 from .component_call import recorded
 from .records import RecordWriter
@@ -126,7 +126,7 @@ def run(loaded: Loaded, plan: Plan, *, generator: Optional[CountingGenerator] = 
 
     A new scheduler is built for the run (``plan.scheduler``). MindSpore runs in
     ``plan.mindspore_mode``; a MindSpore side's ``environment`` says which mode ran and what the
-    compile cache did; every side's, its kernel threads and why (:mod:`..pipelines.threads`) and
+    compile cache did; every side's, its kernel threads and why (:mod:`..frameworks.threads`) and
     the machine's load as it started. ``generator``: the run's noise, when it must be other than
     ``CountingGenerator(seed, stream=...)`` (the noise floor's float64 run draws as the float32
     run did); with ``noise="native"`` the side draws from its library's own generator instead
@@ -212,7 +212,7 @@ def run(loaded: Loaded, plan: Plan, *, generator: Optional[CountingGenerator] = 
 def fingerprinted(side: Side) -> Side:
     """``side`` with its framework's versions, machine and determinism flags in its environment
     (beside the mode and compile cache that ran, which :func:`run` records)."""
-    from ..pipelines.environment import fingerprint
+    from ..frameworks.environment import fingerprint
 
     side.environment = {**fingerprint([side.framework]), **side.environment}
     return side

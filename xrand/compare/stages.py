@@ -43,7 +43,7 @@ from ..pipelines.flags import path_flags
 from ..pipelines.folder import component_digests
 from ..pipelines.lora import adapter_name
 from ..pipelines.settings import Settings
-from ..pipelines.threads import measure as measure_load
+from ..frameworks.threads import measure as measure_load
 from .boundary import Recording
 from .floor import pipeline_floor
 from .component_call import DENOISER

@@ -37,8 +37,7 @@ def use_component_dtypes(fw: Any, pipe: Any, folder: Any, dtypes: Mapping[str, s
 
 
 def _cast_inputs(fw: Any, module: Any) -> None:
-    forward = "forward" if fw.name == "torch" else "construct"
-    for method in (forward,) + CAST_METHODS:
+    for method in (fw.forward,) + CAST_METHODS:
         if callable(getattr(module, method, None)):
             setattr(module, method, _casting(fw, module, getattr(module, method)))
 

@@ -22,7 +22,7 @@ from .recipes import canonical_pipeline
 DTYPES: Tuple[str, ...] = ("float32", "float16", "bfloat16")
 #: Where a run's noise comes from: ``shared``, one ``xrand.Generator`` stream on both sides;
 #: ``native``, each library's own generator from the seed, as its docs tell users
-#: (:meth:`xrand.pipelines.frameworks.Framework.native_generator`).
+#: (:meth:`xrand.frameworks.Framework.native_generator`).
 NOISES: Tuple[str, ...] = ("shared", "native")
 #: The longest schedule: the models' training schedule.
 MAX_STEPS = 1000

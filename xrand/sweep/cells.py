@@ -31,9 +31,9 @@ class CellRunner:
 
     def __init__(self, config: SweepConfig) -> None:
         from ..compare import load_pair
+        from ..frameworks.quiet import silenced
+        from ..frameworks.threads import fix as fix_threads
         from ..mindspore_cpu import tune_cpu_runtime
-        from ..pipelines.quiet import silenced
-        from ..pipelines.threads import fix as fix_threads
 
         with silenced():
             import mindspore  # noqa: F401

@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import Any, Callable, Deque, Dict, Iterable, List, Optional
 
 from ..checks import UsageError
-from ..pipelines.frameworks import framework
+from ..frameworks import framework
 from .cells import error_row
 from .config import Cell, SweepConfig, check_engine, check_workers, row_label
 from .engines import LocalEngine, RayEngine, check_ray, connect_check

@@ -64,7 +64,7 @@ class Derivation:
 
 def pipeline_class(name: str) -> type:
     """The pipeline class ``name`` from diffusers, or from mindone.diffusers where diffusers is absent."""
-    from ..quiet import silenced
+    from ...frameworks.quiet import silenced
 
     for library in ("diffusers", "mindone.diffusers"):
         if importlib.util.find_spec(library.partition(".")[0]) is None:

@@ -18,6 +18,10 @@ every sub-cell at every step; its share of a run: benchmarks/RESULTS.md, figure 
 with cProfile on MindSpore 2.10). Inside :func:`direct_phase_setter` the setter writes the same
 attribute of the same cells directly (a string attribute's ``Cell.__setattr__`` ends in
 ``object.__setattr__``), so nothing a graph computes changes.
+
+A module apart from :mod:`.mindspore`, imported when graph mode is first asked for: it imports
+MindSpore at its top, since graph mode compiles :func:`_linear_construct` from its source and
+finds ``ops`` among this module's globals.
 """
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""torch in float64 for a block: the reference a noise floor is measured against.
+"""torch and diffusers behind :class:`.base.Framework`, and torch in float64 for a block: the
+reference a noise floor is measured against.
 
 A float64 run of a loaded torch pipeline (or module) must be float64 throughout, without loading
 it again: :func:`widened` casts the modules in place and back, and :func:`widened_torch` makes
@@ -10,6 +11,109 @@ from __future__ import annotations
 
 import contextlib
 from typing import Any, Iterable, Iterator
+
+import numpy as np
+
+from .base import Framework
+from .threads import choose as choose_threads
+
+
+class Torch(Framework):
+    name = "torch"
+    library = "diffusers"
+    extras = "torch,diffusers"
+    forward = "forward"
+    _dtype_argument = "torch_dtype"
+
+    def check_device(self, device):
+        return device or "cpu"
+
+    def device_name(self, device):
+        return str(device or "cpu")
+
+    def _placed(self, pipe, device):
+        return pipe.to(device or "cpu")
+
+    def randn(self, shape, generator, dtype, device=None):
+        from diffusers.utils import torch_utils
+
+        return torch_utils.randn_tensor(shape, generator=generator, device=device, dtype=dtype)
+
+    native_noise = 'torch.Generator("cpu").manual_seed({seed})'
+
+    def native_generator(self, seed):
+        import torch
+
+        return torch.Generator("cpu").manual_seed(seed)
+
+    def tensor(self, array, dtype=None, device=None):
+        import torch
+
+        out = torch.from_numpy(np.asarray(array, order="C"))  # ascontiguousarray makes a 0-d array 1-d
+        return out.to(device=device, dtype=None if dtype is None else getattr(torch, dtype))
+
+    def is_tensor(self, value):
+        import torch
+
+        return isinstance(value, torch.Tensor)
+
+    def dtype_of(self, tensor):
+        return str(tensor.dtype).replace("torch.", "")
+
+    def module_dtype(self, module):
+        first = next(iter(module.parameters()), None)
+        return None if first is None else self.dtype_of(first)
+
+    def cast(self, tensor, dtype):
+        import torch
+
+        return tensor.to(getattr(torch, dtype))
+
+    def module_class(self):
+        import torch
+
+        return torch.nn.Module
+
+    def submodules(self, module):
+        return module.named_modules()
+
+    def module_device(self, module):
+        return next(module.parameters()).device
+
+    def _eager(self):
+        import torch
+
+        return torch.no_grad()
+
+    def pipeline_device(self, pipe):
+        return pipe.device
+
+    @contextlib.contextmanager
+    def running(self, device, mode, identity=None):
+        import torch
+
+        with torch.no_grad():
+            yield {}
+
+    @contextlib.contextmanager
+    def threads(self, load):
+        import torch
+
+        before = torch.get_num_threads()  # torch's default (the physical cores), or the user's count
+        count, why = choose_threads(load, most=before)
+        torch.set_num_threads(count)
+        try:
+            yield {"torch_threads": count, "threads_chosen": why}
+        finally:
+            torch.set_num_threads(before)
+
+    def unload(self, pipe):
+        # the modules to the meta device: their memory goes even while a caller's frame still refers to them
+        import torch
+
+        for component in (getattr(pipe, "components", None) or {}).values():
+            if isinstance(component, torch.nn.Module):
+                component.to("meta")
 
 
 @contextlib.contextmanager

@@ -1,0 +1,411 @@
+"""MindSpore and mindone.diffusers behind :class:`.base.Framework`: its execution modes
+(:func:`mindspore_mode`), the one a comparison runs, and graph mode's compile cache
+(:func:`compile_cache`, in a folder keyed by everything that changes a compiled graph).
+Graph-mode calls with PyNative's numbers: :mod:`.mindspore_graph`.
+
+Graph mode compiles each Cell a pipeline calls (the denoiser, and the text encoders and VAE of
+text-to-image pipelines) on its first call: seconds per model. MindSpore can save the compiled graphs and load them in a later process
+(``MS_COMPILER_CACHE_ENABLE``, ``MS_COMPILER_CACHE_PATH``), but on MindSpore 2.10 it
+
+- names the graphs of a folder by the order a process compiles them (``compile_cache_0.mindir``...)
+  and loads whatever file has that number, without checking that it is the same network;
+- checks only a hash of the entry script and the local files it imports (so ``xrand``,
+  ``python -m xrand`` and pytest would each miss the others' graphs), not the model or library;
+- reads the folder once per process: a second folder set later in the same process is ignored.
+
+So xrand keys the folder itself (:func:`cache_key`: the versions of xrand, MindSpore, mindone and
+Python, a digest of xrand's own source, which holds the CPU fallbacks compiled into the graph,
+the instruction set MindSpore's oneDNN runs, which picks the conv fallback,
+the model folder's configs and tokenizer files, the pipeline, the scheduler and every setting but
+the seed) and tells MindSpore to trust it (``MS_DEV_FORCE_USE_COMPILE_CACHE``). The weights are
+not part of a graph: they stay parameters, read from the loaded model at every call (tested
+with two models of one config). Only the first graph-mode run of a process uses the cache, so
+its graphs are numbered from 0 as in the process that saved them; later runs in the process
+compile as usual (:data:`OFF_TAKEN`). A folder is written under a temporary name and renamed
+when the run succeeds, so no process reads a half-written one.
+
+The folder is ``$XRAND_CACHE_DIR/mindspore-graphs/KEY`` (default ``$XDG_CACHE_HOME/xrand``,
+else ``~/.cache/xrand``). When it cannot be written, the run compiles without the cache and the
+report says why (``mindspore_compile_cache``); the numbers are the same either way.
+"""
+from __future__ import annotations
+
+import contextlib
+import gc
+import hashlib
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
+
+import numpy as np
+
+from ..checks import check_choice
+from .base import Framework
+from .threads import choose as choose_threads, measure as measure_load
+
+MINDSPORE_MODES: Tuple[str, ...] = ("pynative", "graph")
+#: Why a bfloat16 run of MindSpore on a CPU runs PyNative (xrand.mindspore_cpu.ops, half precision).
+BFLOAT16_ON_CPU = ("MindSpore's CPU kernels lack bfloat16 (MatMul, Conv2D, GroupNorm, Sigmoid, Div, Pow, ...); "
+                   "xrand's stand-ins compute those in float32 and round to bfloat16, in PyNative")
+#: What a comparison runs MindSpore in unless told otherwise: graph mode, its compiled graphs
+#: kept between processes by :func:`compile_cache` (PyNative's bits on a CPU, see .mindspore_graph; faster
+#: per step on small models, benchmarks/RESULTS.md figure 5) ...
+DEFAULT_MINDSPORE_MODE = "graph"
+#: ... but PyNative for a model folder of more weights than this on a CPU: there graph mode holds
+#: about three times the weights in memory and PyNative about twice (figure 10), so that a
+#: real-sized comparison fits half the machine; faster steps in graph mode are the user's choice.
+PYNATIVE_ABOVE_BYTES = 1 << 30
+
+
+def large_model_pynative(weights_bytes: int) -> str:
+    """Why a large model runs MindSpore PyNative on a CPU, unless graph mode is asked for."""
+    return (f"the model's weights are {weights_bytes / 1e9:.1f} GB: on a CPU graph mode would hold about 3x that in "
+            "memory, PyNative about 2x; --mindspore-mode graph runs it anyway (faster per step once compiled)")
+
+
+def check_mindspore_mode(mode: Any) -> str:
+    return check_choice(mode, MINDSPORE_MODES, "MindSpore mode")
+
+
+@contextlib.contextmanager
+def mindspore_mode(mode: str) -> Iterator[None]:
+    """MindSpore's execution mode inside the block, the previous one after it.
+
+    ``"graph"`` compiles each Cell (the denoiser) on its first call (or loads it from
+    :func:`compile_cache` around a run); on a CPU its Linear layers compute as PyNative's do, and
+    its calls skip a per-call walk of the sub-cells (:mod:`.mindspore_graph`).
+    """
+    import mindspore as ms
+
+    from .mindspore_graph import graph_mode_calls
+
+    wanted = {"pynative": ms.PYNATIVE_MODE, "graph": ms.GRAPH_MODE}[check_mindspore_mode(mode)]
+    previous = ms.get_context("mode")
+    if wanted != previous:
+        ms.set_context(mode=wanted)
+    try:
+        with graph_mode_calls() if mode == "graph" else contextlib.nullcontext():
+            yield
+    finally:
+        if ms.get_context("mode") != previous:
+            ms.set_context(mode=previous)
+
+
+class MindSpore(Framework):
+    name = "mindspore"
+    library = "mindone.diffusers"
+    extras = "mindspore,diffusers"
+    forward = "construct"
+    _dtype_argument = "mindspore_dtype"
+
+    def check_device(self, device):
+        from ..backends.mindspore import device_target
+
+        return None if device is None else device_target(device)
+
+    def device_name(self, device):
+        if device is not None:
+            return device
+        import mindspore as ms
+
+        return ms.get_context("device_target")
+
+    def compiles_on_cpu(self, device):
+        return self.device_name(device) == "CPU"
+
+    def prepare(self):
+        from .. import mindspore_cpu
+
+        mindspore_cpu.install()  # no-op unless MindSpore runs on a CPU
+        # Synchronous launch, the kernel threads (.threads, at the first load) and oneDNN at AVX2
+        # (a fast Conv2D): each can be set once per process, so a process that already chose
+        # keeps its choice.
+        count, why = choose_threads(measure_load()) if mindspore_cpu.threads_to_set() else (None, None)
+        mindspore_cpu.tune_cpu_runtime(count, why)
+
+    @contextlib.contextmanager
+    def single_file_loading(self):
+        # mindone/diffusers/loaders/single_file_utils.py create_diffusers_clip_model_from_ldm reads
+        # the CLIP text encoder's position_embedding.weight, which mindspore.nn.Embedding (mindone's
+        # CLIPTextModel) names embedding_table: without this no single file with a CLIP text encoder loads
+        from mindspore import nn
+
+        added = not hasattr(nn.Embedding, "weight")
+        if added:
+            nn.Embedding.weight = property(lambda embedding: embedding.embedding_table)
+        try:
+            yield
+        finally:
+            if added:
+                del nn.Embedding.weight
+
+    def randn(self, shape, generator, dtype, device=None):
+        from mindone.diffusers.utils import mindspore_utils
+
+        return mindspore_utils.randn_tensor(shape, generator=generator, dtype=dtype)
+
+    native_noise = "np.random.Generator(np.random.PCG64({seed}))"
+
+    def native_generator(self, seed):
+        return np.random.Generator(np.random.PCG64(seed))
+
+    def tensor(self, array, dtype=None, device=None):
+        import mindspore as ms
+
+        array = np.asarray(array, order="C")  # ascontiguousarray makes a 0-d array 1-d: another graph
+        if dtype is None:
+            return ms.tensor(array)
+        return ms.tensor(array, dtype=ms.bool_ if dtype == "bool" else getattr(ms, dtype))
+
+    def is_tensor(self, value):
+        import mindspore as ms
+
+        return isinstance(value, ms.Tensor)
+
+    def dtype_of(self, tensor):
+        return str(tensor.dtype).lower()
+
+    def like(self, own, value):
+        # Graph mode compiles a tensor inside a tuple, list or dict as a constant, keyed by the
+        # tensor object: a new object is a new graph (about 20 s for a tiny SDXL UNet) unless the
+        # container is marked mutable, as mindone's SDXL pipelines mark added_cond_kwargs
+        # (mindspore/graph/api.py _check_recompile_args).
+        if not getattr(own, "__ms_mutable__", False) or getattr(value, "__ms_mutable__", False):
+            return value
+        import mindspore as ms
+
+        return ms.mutable(value, dynamic_len=getattr(own, "__ms_dynamic_len__", False))
+
+    def module_dtype(self, module):
+        first = next(iter(module.get_parameters()), None)
+        return None if first is None else self.dtype_of(first)
+
+    def cast(self, tensor, dtype):
+        import mindspore as ms
+
+        return tensor.astype(getattr(ms, dtype))
+
+    def module_class(self):
+        from mindspore import nn
+
+        return nn.Cell
+
+    def submodules(self, module):
+        return module.cells_and_names()
+
+    def _eager(self):
+        return mindspore_mode("pynative")
+
+    @contextlib.contextmanager
+    def running(self, device, mode, identity=None):
+        from ..backends.mindspore import use_device_target
+
+        check_mindspore_mode(mode)
+        with use_device_target(device), mindspore_mode(mode):
+            if mode != "graph" or identity is None:
+                yield {}
+                return
+            # MindSpore's graph compile calls gc.collect(), which walks every object of the
+            # loaded libraries and models; frozen, they are skipped (benchmarks/RESULTS.md,
+            # figure 5). Left alone if the caller froze the heap itself.
+            freeze = gc.get_freeze_count() == 0
+            if freeze:
+                gc.freeze()
+            try:
+                with compile_cache(identity) as state:
+                    yield state
+            finally:
+                if freeze:
+                    gc.unfreeze()
+
+    def threads(self, load):
+        from ..mindspore_cpu import cpu_threads
+        from ..mindspore_cpu.install import on_cpu
+
+        if not on_cpu():
+            return contextlib.nullcontext({})
+        chosen = cpu_threads()
+        if chosen is None:
+            return contextlib.nullcontext({"mindspore_threads": "unknown: set outside xrand"})
+        return contextlib.nullcontext({"mindspore_threads": chosen[0],
+                                       "threads_chosen": f"{chosen[1]} (when set: MindSpore sets them once per process)"})
+
+    def half_precision(self, dtype):
+        if dtype != "bfloat16":
+            return contextlib.nullcontext({})
+        from ..mindspore_cpu import half_precision
+
+        return half_precision()  # on a CPU target only
+
+    def unloaded(self):
+        import mindspore
+
+        # Graph mode keeps each compiled cell's graph and runtime memory (and so the cell) until
+        # told: about 10 GB for a Stable-Diffusion-1.5-sized UNet at 256x256 (benchmarks/bench_scale.py)
+        mindspore.ms_memory_recycle()
+        gc.collect()
+
+    def environment(self, mode, state, mode_reason=None):
+        from ..mindspore_cpu import onednn_isa
+
+        out: Dict[str, Any] = {"mindspore_mode": mode}
+        if mode_reason:
+            out["mindspore_mode_reason"] = mode_reason
+        if "status" in state:
+            out["mindspore_compile_cache"] = state["status"]
+        isa = onednn_isa()
+        if isa is not None:
+            out["mindspore_onednn_isa"] = isa
+        return out
+
+
+# ----------------------------------------------------------------------------- the compile cache
+
+CACHE_DIR_VARIABLE = "XRAND_CACHE_DIR"
+SUBFOLDER = "mindspore-graphs"
+OFF_TAKEN = ("off: MindSpore reads one compile-cache folder per process, and an earlier run of this process "
+             "used it; compiled now")
+_MINDSPORE_VARIABLES = ("MS_COMPILER_CACHE_ENABLE", "MS_COMPILER_CACHE_PATH", "MS_DEV_FORCE_USE_COMPILE_CACHE")
+
+_taken: Optional[str] = None  # the key of the process's first cached run
+
+
+def cache_root() -> str:
+    """Where the keyed folders go: ``$XRAND_CACHE_DIR/mindspore-graphs`` or the XDG cache's."""
+    base = os.environ.get(CACHE_DIR_VARIABLE)
+    if not base:
+        xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        base = os.path.join(xdg, "xrand")
+    return os.path.join(os.path.abspath(base), SUBFOLDER)
+
+
+def source_digest() -> str:
+    """sha256 over every .py file of the installed xrand package (its CPU fallbacks, its recipes...)."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    digest = hashlib.sha256()
+    for folder, dirs, files in sorted(os.walk(package)):
+        dirs.sort()
+        for name in sorted(files):
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                digest.update(os.path.relpath(path, package).encode() + b"\0")
+                with open(path, "rb") as f:
+                    digest.update(hashlib.sha256(f.read()).digest())
+    return digest.hexdigest()
+
+
+def key_parts(identity: Mapping[str, Any]) -> Dict[str, Any]:
+    """Everything :func:`cache_key` hashes, readable: the run's ``identity`` (the model folder's
+    digest, the pipeline, the scheduler, every setting but the seed; made by the plan) and what
+    this process compiles with."""
+    import mindone
+    import mindspore as ms
+
+    from .._version import __version__
+    from ..mindspore_cpu import onednn_isa
+
+    return {
+        "xrand": __version__, "xrand_source": source_digest(),
+        "mindspore": ms.__version__, "mindone": mindone.__version__,
+        "python": "%d.%d" % sys.version_info[:2], "machine": platform.machine(),
+        "device_target": ms.get_context("device_target"), "onednn_isa": onednn_isa(),
+        **identity,
+    }
+
+
+def cache_key(identity: Mapping[str, Any]) -> str:
+    text = json.dumps(key_parts(identity), sort_keys=True, default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _mindspore_cache_set_elsewhere() -> bool:
+    import mindspore as ms
+
+    return os.environ.get("MS_COMPILER_CACHE_ENABLE") == "1" or bool(ms.get_context("enable_compile_cache"))
+
+
+@contextlib.contextmanager
+def _mindspore_cache(path: str) -> Iterator[None]:
+    """MindSpore's compile cache on, in ``path``, trusting xrand's key; off again after the block."""
+    from mindspore.graph import api
+
+    from .. import _version
+
+    saved = {name: os.environ.get(name) for name in _MINDSPORE_VARIABLES}
+    os.environ.update(MS_COMPILER_CACHE_ENABLE="1", MS_COMPILER_CACHE_PATH=path, MS_DEV_FORCE_USE_COMPILE_CACHE="1")
+    # At every compile MindSpore parses the entry script (sys.argv[0]) and the local files it
+    # imports, for a hash the forced cache ignores; `python -c` has no script and fails there.
+    # A fixed file with no imports stands in for it (a private name of MindSpore 2.10's).
+    entry = getattr(api, "entry_script_path", None)
+    api.entry_script_path = os.path.abspath(_version.__file__)
+    try:
+        yield
+    finally:
+        api.entry_script_path = entry
+        os.environ["MS_COMPILER_CACHE_ENABLE"] = "0"  # read at every compile: nothing more goes in
+        for name, value in saved.items():
+            if name != "MS_COMPILER_CACHE_ENABLE":
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+
+
+def _has_files(folder: str) -> bool:
+    return any(files for _, _, files in os.walk(folder))
+
+
+@contextlib.contextmanager
+def compile_cache(identity: Mapping[str, Any]) -> Iterator[Dict[str, str]]:
+    """Around one graph-mode run: MindSpore's compile cache in this run's keyed folder.
+
+    Yields a dict whose ``"status"`` says what the cache did, for the report's
+    ``mindspore_compile_cache``: ``"loaded FOLDER"``, ``"saved FOLDER"`` or ``"off: why"``.
+    """
+    global _taken
+    state: Dict[str, str] = {}
+    if _taken is not None:
+        state["status"] = OFF_TAKEN
+        yield state
+        return
+    if _mindspore_cache_set_elsewhere():
+        state["status"] = "off: MindSpore's own compile cache is on (MS_COMPILER_CACHE_ENABLE), xrand leaves it"
+        yield state
+        return
+    root = cache_root()
+    key = cache_key(identity)
+    folder = os.path.join(root, key)
+    if os.path.isdir(folder):
+        _taken = key
+        with _mindspore_cache(folder):
+            state["status"] = f"loaded {folder}"
+            yield state
+        return
+    try:
+        os.makedirs(root, exist_ok=True)
+        partial = tempfile.mkdtemp(prefix=key + ".partial-", dir=root)
+    except OSError as exc:
+        state["status"] = f"off: cannot write {root} ({exc.strerror or type(exc).__name__}); compiled now"
+        yield state
+        return
+    _taken = key
+    try:
+        with _mindspore_cache(partial):
+            yield state
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    if not _has_files(partial):  # the graphs were compiled before (in memory): nothing to keep
+        shutil.rmtree(partial, ignore_errors=True)
+        state["status"] = "off: nothing compiled (the graphs were already in memory)"
+        return
+    try:
+        os.rename(partial, folder)
+        state["status"] = f"saved {folder}"
+    except OSError:  # another process saved the same key first: keep its folder
+        shutil.rmtree(partial, ignore_errors=True)
+        state["status"] = f"saved {folder} (by another process first)"
