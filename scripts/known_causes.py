@@ -33,7 +33,12 @@ FAMILIES = {  # name -> (tiny folder, settings beyond the prompt)
 }
 
 
-def main(names) -> None:
+def measure(names, folders=None, image=None, progress=None):
+    """``{name: {variant: Comparison}}``: each family of ``names`` (keys of :data:`FAMILIES`)
+    compared with the noise floor in the four variants (as mindone runs, float32 attention,
+    torch's embedding, both), its pipelines loaded once. ``folders``: tiny folder name -> its
+    path (built in a temp dir where not given); ``image``: the input image (made where not given);
+    ``progress(name, variant, comparison)``: called as each comparison ends."""
     import mindspore as ms
     import torch
     from diffusers.models.embeddings import get_timestep_embedding as torch_embedding
@@ -58,9 +63,11 @@ def main(names) -> None:
                 "torch's embedding": (attention, torch_timestep_embedding),
                 "both": (float32_attention, torch_timestep_embedding)}
     root = Path(tempfile.mkdtemp(prefix="xrand-known-"))
-    image = root / "image.png"
-    Image.fromarray((np.random.default_rng(0).random((32, 32, 3)) * 255).astype(np.uint8)).save(image)
-    folders = {}
+    if image is None:
+        image = root / "image.png"
+        Image.fromarray((np.random.default_rng(0).random((32, 32, 3)) * 255).astype(np.uint8)).save(image)
+    folders = dict(folders or {})
+    results = {}
     for name in names:
         folder, values = FAMILIES[name]
         if folder not in folders:
@@ -71,13 +78,25 @@ def main(names) -> None:
                             width=32, **values)
         plan = make_plan(settings, noise_floor=True, mindspore_mode="pynative")
         pair = load_pair(plan)
-        for label, (att, emb) in variants.items():
-            dispatch.scaled_dot_product_attention, embeddings.get_timestep_embedding = att, emb
-            c = compare_loaded(pair, plan)
-            floor = c.noise_floor["rel_l2"]
-            print(f"{name:13s} {label:18s} final {c.final['rel_l2']:.3g} = {c.final['rel_l2'] / floor:.3g}x torch's "
-                  f"floor {floor:.3g}; last latents {c.global_steps[-1]['rel_l2']:.3g}", flush=True)
-        dispatch.scaled_dot_product_attention, embeddings.get_timestep_embedding = attention, embedding
+        results[name] = {}
+        try:
+            for label, (att, emb) in variants.items():
+                dispatch.scaled_dot_product_attention, embeddings.get_timestep_embedding = att, emb
+                results[name][label] = compare_loaded(pair, plan)
+                if progress is not None:
+                    progress(name, label, results[name][label])
+        finally:
+            dispatch.scaled_dot_product_attention, embeddings.get_timestep_embedding = attention, embedding
+    return results
+
+
+def main(names) -> None:
+    def say(name, label, c):
+        floor = c.noise_floor["rel_l2"]
+        print(f"{name:13s} {label:18s} final {c.final['rel_l2']:.3g} = {c.final['rel_l2'] / floor:.3g}x torch's "
+              f"floor {floor:.3g}; last latents {c.global_steps[-1]['rel_l2']:.3g}", flush=True)
+
+    measure(names, progress=say)
 
 
 if __name__ == "__main__":
