@@ -37,13 +37,13 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..checks import UsageError
 from ..files import json_safe, write_json
+from ..frameworks.threads import measure as measure_load
 from ..patch import patched
 from ..pipelines.components import model_components
 from ..pipelines.flags import path_flags
 from ..pipelines.folder import component_digests
 from ..pipelines.lora import adapter_name
 from ..pipelines.settings import Settings
-from ..frameworks.threads import measure as measure_load
 from .boundary import Recording
 from .floor import pipeline_floor
 from .component_call import DENOISER
@@ -149,28 +149,29 @@ def planned(plan: Plan) -> Dict[str, Any]:
                       "embedded_model": os.path.realpath(plan.folder.path) == os.path.realpath(DIGITS)})
 
 
-def plan_from_manifest(manifest: Mapping[str, Any], frameworks: Sequence[str], paths: Mapping[str, Any] = None,
-                       devices: Optional[Mapping[str, str]] = None, mindspore_mode: Optional[str] = None,
-                       default_model: Optional[str] = None) -> Plan:
+def plan_from_manifest(manifest: Mapping[str, Any], frameworks: Sequence[str],
+                       paths: Optional[Mapping[str, Any]] = None, devices: Optional[Mapping[str, str]] = None,
+                       mindspore_mode: Optional[str] = None, default_model: Optional[str] = None) -> Plan:
     """The plan a comparison folder was made with, for ``frameworks`` on this machine. ``paths``:
     the files and folders here where they differ from the manifest's (Settings field -> value: the
     model, a single file's config folder, the input image and mask, LoRA files matched to the
-    manifest's by file name, at the manifest's scale); ``default_model``: this machine's copy of the embedded model, which
-    the manifest names as such. Their contents are checked as the comparison's identity."""
+    manifest's by file name, at the manifest's scale); ``default_model``: this machine's copy of
+    the embedded model, which the manifest names as such. Their contents are checked as the
+    comparison's identity."""
     saved = manifest["plan"]
     flags = {field: flag for flag, field in path_flags().items()}
     here = {field: value for field, value in (paths or {}).items() if value not in (None, (), [])}
     if "model" not in here and saved.get("embedded_model"):
         here["model"] = default_model
     if "loras" in here:  # each given file in place of the manifest's of the same name, at the manifest's scale
+        loras = saved["settings"].get("loras") or ()
         given = {adapter_name(path): path for path, _ in here["loras"]}
-        names = [adapter_name(path) for path, _ in saved["settings"].get("loras") or ()]
+        names = [adapter_name(path) for path, _ in loras]
         for name in given:
             if name not in names:
                 raise UsageError(f"--lora {given[name]!r}: this comparison has no LoRA named {name!r} "
                                  f"({', '.join(names) or 'none'}); --lora here gives the path of one of its own")
-        here["loras"] = tuple((given.get(adapter_name(path), path), scale)
-                              for path, scale in saved["settings"].get("loras") or ())
+        here["loras"] = tuple((given.get(adapter_name(path), path), scale) for path, scale in loras)
     for field, flag in flags.items():
         there = here.get(field, saved["settings"].get(field))
         for path in ([p for p, _ in there or ()] if field == "loras" else [there]):
