@@ -22,7 +22,6 @@ VAE sample (``retrieve_latents(vae.encode(control_image), generator)``).
 """
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 from . import tiny_flux, tiny_sd, tiny_sdxl
@@ -45,37 +44,32 @@ def randomize_zero_layers(model) -> int:
     return drawn
 
 
-def _with_controlnet(build_base, pipeline_name: str, make_controlnet, folder: PathLike, seed: int,
-                     **arguments) -> Path:
-    """The family's tiny folder built from ``seed``, its components and a ControlNet (drawn from
-    ``seed`` too) saved by the ControlNet pipeline ``pipeline_name`` made with ``arguments``."""
+def _with_controlnet(family, pipeline_name: str, make_controlnet, folder: PathLike, seed: int) -> Path:
+    """The family's tiny components (``family.components``) and a ControlNet made from them, all
+    drawn from ``seed``, saved by the ControlNet pipeline ``pipeline_name``."""
     folder, seed = new_model_folder(folder, seed)
     import diffusers
 
-    with tempfile.TemporaryDirectory() as base:
-        base = build_base(Path(base) / "model", seed)
-        components = diffusers.DiffusionPipeline.from_pretrained(str(base)).components
-        with seeded_torch(seed):
-            controlnet = make_controlnet(base)
-        # made anew from the components: from_pretrained's pipeline would keep the temporary path
-        return save(getattr(diffusers, pipeline_name)(**components, controlnet=controlnet, **arguments), folder)
+    components = family.components(folder, seed)
+    with seeded_torch(seed):
+        controlnet = make_controlnet(components)
+    return save(getattr(diffusers, pipeline_name)(**components, controlnet=controlnet), folder)
 
 
-def _from_unet(base: Path):
-    from diffusers import ControlNetModel, UNet2DConditionModel
+def _from_unet(components: dict):
+    from diffusers import ControlNetModel
 
-    controlnet = ControlNetModel.from_unet(UNet2DConditionModel.from_pretrained(str(base / "unet")),
-                                           conditioning_embedding_out_channels=CONDITIONING_CHANNELS)
+    controlnet = ControlNetModel.from_unet(components["unet"], conditioning_embedding_out_channels=CONDITIONING_CHANNELS)
     randomize_zero_layers(controlnet)
     return controlnet
 
 
-def _from_transformer(base: Path):
-    from diffusers import FluxControlNetModel, FluxTransformer2DModel
+def _from_transformer(components: dict):
+    from diffusers import FluxControlNetModel
 
-    transformer = FluxTransformer2DModel.from_pretrained(str(base / "transformer"))
     controlnet = FluxControlNetModel.from_transformer(
-        transformer, num_layers=1, num_single_layers=1, attention_head_dim=tiny_flux.TRANSFORMER["attention_head_dim"],
+        components["transformer"], num_layers=1, num_single_layers=1,
+        attention_head_dim=tiny_flux.TRANSFORMER["attention_head_dim"],
         num_attention_heads=tiny_flux.TRANSFORMER["num_attention_heads"])
     randomize_zero_layers(controlnet)
     return controlnet
@@ -83,19 +77,17 @@ def _from_transformer(base: Path):
 
 def build_sd(folder: PathLike, seed: int = 0) -> Path:
     """Write a random-weight ``StableDiffusionControlNetPipeline`` folder and return its path."""
-    return _with_controlnet(tiny_sd.build_tiny_sd, "StableDiffusionControlNetPipeline", _from_unet, folder, seed,
-                            requires_safety_checker=False)
+    return _with_controlnet(tiny_sd, "StableDiffusionControlNetPipeline", _from_unet, folder, seed)
 
 
 def build_sdxl(folder: PathLike, seed: int = 0) -> Path:
     """Write a random-weight ``StableDiffusionXLControlNetPipeline`` folder and return its path."""
-    return _with_controlnet(tiny_sdxl.build, "StableDiffusionXLControlNetPipeline", _from_unet, folder, seed,
-                            add_watermarker=False)
+    return _with_controlnet(tiny_sdxl, "StableDiffusionXLControlNetPipeline", _from_unet, folder, seed)
 
 
 def build_flux(folder: PathLike, seed: int = 0) -> Path:
     """Write a random-weight ``FluxControlNetPipeline`` folder and return its path."""
-    return _with_controlnet(tiny_flux.build, "FluxControlNetPipeline", _from_transformer, folder, seed)
+    return _with_controlnet(tiny_flux, "FluxControlNetPipeline", _from_transformer, folder, seed)
 
 
 SD_CALL = tiny_sd.CALL
