@@ -14,7 +14,8 @@ names that class, so both libraries' ``from_pretrained`` load it):
 The layers a ControlNet starts with as zeros (its "zero convolutions" and, in Flux, its input
 embedder) are drawn at random instead, from ``seed``, as the library's default initialisation
 of the layer draws them: with zeros the ControlNet would add nothing, and a comparison could not
-tell whether it ran. A tiny run takes the family's call arguments and a 32x32 control image
+tell whether it ran (the SD and SDXL conditioning embeddings' last layer at :data:`CONDITIONING_GAIN`
+times that scale, so that the control image shows). A tiny run takes the family's call arguments and a 32x32 control image
 (``control_image``; ``image`` in the SD and SDXL calls).
 
 Noise: as the family's text to image; Flux draws once more before the steps, the control image's
@@ -29,6 +30,11 @@ from .folders import PathLike, new_model_folder, save, seeded_torch
 
 #: The conditioning embedding's channels: two blocks, one 2x downsampling (the tiny VAEs' factor).
 CONDITIONING_CHANNELS = (16, 32)
+#: The SD and SDXL conditioning embeddings' last layer is drawn this many times the default scale.
+#: Measured (tiny SD, 2 steps, a square against a half as control image): at the default scale the
+#: control image moved the final latents by 0.17% (another seed: 139%), at 30x by 4.8%; a run then
+#: shows what its control image does. (Flux's, through the VAE: 5.6% at the default scale.)
+CONDITIONING_GAIN = 30.0
 
 
 def randomize_zero_layers(model) -> int:
@@ -59,8 +65,12 @@ def _with_controlnet(family, pipeline_name: str, make_controlnet, folder: PathLi
 def _from_unet(components: dict):
     from diffusers import ControlNetModel
 
+    import torch
+
     controlnet = ControlNetModel.from_unet(components["unet"], conditioning_embedding_out_channels=CONDITIONING_CHANNELS)
     randomize_zero_layers(controlnet)
+    with torch.no_grad():
+        controlnet.controlnet_cond_embedding.conv_out.weight.mul_(CONDITIONING_GAIN)
     return controlnet
 
 
