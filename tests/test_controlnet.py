@@ -83,6 +83,8 @@ def test_each_controlnet_pipeline_agrees_end_to_end_and_in_lockstep(pairs, folde
     # one xrand draw on both sides (SDXL's Euler scales it by init_noise_sigma, in each library)
     assert c.images["a"].shape == (1, 32, 32, 3) and c.initial_noise["rel_l2"] < 1e-6
     assert c.passed and c.final["rel_l2"] < 1e-4, c.verdict()
+    causes = [line for line in c.summary_lines() if line.startswith("known cause: ")]
+    assert len(causes) == (family == "flux") and all("get_timestep_embedding" in line for line in causes), causes
     assert len(c.local_steps) == len(c.timesteps) >= 2
     assert all(r["sample"]["rel_l2"] < 1e-4 for r in c.local_steps), c.local_steps
     # the control image steers the output: another one is far (the ControlNet is not idle)
