@@ -184,6 +184,8 @@ def test_the_command_takes_the_control_image_and_writes_it_in_the_command_that_r
     (["--model", "{sd}", "--control-image", "no-such.png"], "--control-image 'no-such.png' cannot be read"),
     (["--model", "{sd}", "--control-image", "{square}", "--call-option", "image=x"],
      "call option 'image' is StableDiffusionControlNetPipeline's input control_image: give it --control-image"),
+    (["--model", "{plain}", "--layers", "--layers-component", "controlnet"],
+     "--layers-component 'controlnet': StableDiffusionPipeline in "),
 ])
 def test_bad_control_input_is_one_line(folders, control, tiny_folder, capsys, tmp_path, args, message):
     args = [a.format(**folders, **control, plain=tiny_folder("sd")) for a in args]

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Tuple
 
 from ..checks import check_choice
-from . import tiny_chroma, tiny_cogview4, tiny_controlnet, tiny_flux, tiny_ltx, tiny_lumina2, tiny_pixart, tiny_sana, tiny_sd, tiny_sd3, tiny_sdxl, tiny_wan
+from . import (tiny_chroma, tiny_cogview4, tiny_controlnet, tiny_flux, tiny_ltx, tiny_lumina2, tiny_pixart, tiny_sana,
+               tiny_sd, tiny_sd3, tiny_sdxl, tiny_wan)
 from .folders import PathLike
 
 #: The digits model shipped inside the package (trained by scripts/train_digits.py): the default model.

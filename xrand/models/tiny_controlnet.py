@@ -14,9 +14,10 @@ names that class, so both libraries' ``from_pretrained`` load it):
 The layers a ControlNet starts with as zeros (its "zero convolutions" and, in Flux, its input
 embedder) are drawn at random instead, from ``seed``, as the library's default initialisation
 of the layer draws them: with zeros the ControlNet would add nothing, and a comparison could not
-tell whether it ran (the SD and SDXL conditioning embeddings' last layer at :data:`CONDITIONING_GAIN`
-times that scale, so that the control image shows). A tiny run takes the family's call arguments and a 32x32 control image
-(``control_image``; ``image`` in the SD and SDXL calls).
+tell whether it ran (the SD and SDXL conditioning embeddings' last layer at
+:data:`CONDITIONING_GAIN` times that scale, so that the control image shows). A tiny run takes the
+family's call arguments and a 32x32 control image (``control_image``; ``image`` in the SD and SDXL
+calls).
 
 Noise: as the family's text to image; Flux draws once more before the steps, the control image's
 VAE sample (``retrieve_latents(vae.encode(control_image), generator)``).
@@ -67,7 +68,8 @@ def _from_unet(components: dict):
 
     import torch
 
-    controlnet = ControlNetModel.from_unet(components["unet"], conditioning_embedding_out_channels=CONDITIONING_CHANNELS)
+    controlnet = ControlNetModel.from_unet(components["unet"],
+                                           conditioning_embedding_out_channels=CONDITIONING_CHANNELS)
     randomize_zero_layers(controlnet)
     with torch.no_grad():
         controlnet.controlnet_cond_embedding.conv_out.weight.mul_(CONDITIONING_GAIN)

@@ -99,5 +99,6 @@ def components(folder: Path, seed: int, inpaint: bool = False) -> dict:
         unet = UNet2DConditionModel(**{**UNET, "in_channels": 9 if inpaint else 4})
         vae = AutoencoderKL(**VAE)
         text_encoder = CLIPTextModel(CLIPTextConfig(**clip_text_config_ids(), **TEXT_ENCODER))
-    return dict(vae=vae, text_encoder=text_encoder, tokenizer=tokenizer, unet=unet, scheduler=PNDMScheduler(**SCHEDULER),
-                safety_checker=None, feature_extractor=None, requires_safety_checker=False)
+    return dict(vae=vae, text_encoder=text_encoder, tokenizer=tokenizer, unet=unet,
+                scheduler=PNDMScheduler(**SCHEDULER), safety_checker=None, feature_extractor=None,
+                requires_safety_checker=False)

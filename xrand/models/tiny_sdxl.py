@@ -69,4 +69,5 @@ def components(folder: Path, seed: int) -> dict:
         text_encoder = CLIPTextModel(config)
         text_encoder_2 = CLIPTextModelWithProjection(config)
     return dict(vae=vae, text_encoder=text_encoder, text_encoder_2=text_encoder_2, tokenizer=tokenizer,
-                tokenizer_2=tokenizer_2, unet=unet, scheduler=EulerDiscreteScheduler(**SCHEDULER), add_watermarker=False)
+                tokenizer_2=tokenizer_2, unet=unet, scheduler=EulerDiscreteScheduler(**SCHEDULER),
+                add_watermarker=False)

@@ -21,8 +21,8 @@ from ..checks import UsageError
 #: the families beyond it (a second and third prompt, an input image and mask, strength, frames, a
 #: ControlNet's control image).
 TEXT_INPUTS = ("prompt", "negative_prompt", "guidance_scale", "height", "width")
-FAMILY_INPUTS = ("prompt_2", "negative_prompt_2", "prompt_3", "negative_prompt_3", "image", "mask", "strength", "frames",
-                 "control_image")
+FAMILY_INPUTS = ("prompt_2", "negative_prompt_2", "prompt_3", "negative_prompt_3", "image", "mask", "strength",
+                 "frames", "control_image")
 INPUTS = TEXT_INPUTS + FAMILY_INPUTS
 
 #: Pillow's mode for each input file: what both libraries' image processors are given.
@@ -46,10 +46,11 @@ class InputFile:
 def read_input(name: str, path: str) -> InputFile:
     """The file given as input ``name`` (``"image"``, ``"mask"`` or ``"control_image"``), decoded;
     ``UsageError`` naming the file and why when it is missing or not a picture Pillow reads."""
+    flag = "--" + name.replace("_", "-")
     try:
         stat = os.stat(path)
     except OSError as exc:
-        raise UsageError(f"--{name.replace('_', '-')} {path!r} cannot be read: {exc.strerror or exc}; give an image file "
+        raise UsageError(f"{flag} {path!r} cannot be read: {exc.strerror or exc}; give an image file "
                          "(PNG, JPEG, WebP...)") from None
     return _read(name, os.path.realpath(path), path, stat.st_size, stat.st_mtime_ns)
 
@@ -59,13 +60,14 @@ def _read(name: str, real: str, path: str, size: int, mtime_ns: int) -> InputFil
     """Read once per file version (both sides of a comparison and every run read the same file)."""
     from PIL import Image, UnidentifiedImageError
 
+    flag = "--" + name.replace("_", "-")
     try:
         with open(real, "rb") as f:
             data = f.read()
         with Image.open(real) as opened:
             picture = opened.convert(MODES[name])
     except (OSError, UnidentifiedImageError, ValueError) as exc:
-        raise UsageError(f"--{name.replace('_', '-')} {path!r} is not an image file Pillow can read ({type(exc).__name__}); "
+        raise UsageError(f"{flag} {path!r} is not an image file Pillow can read ({type(exc).__name__}); "
                          "give a PNG, JPEG or WebP file") from None
     return InputFile(path=path, digest="sha256:" + hashlib.sha256(data).hexdigest(), size=picture.size,
                      picture=picture)
