@@ -66,7 +66,7 @@ def main(names) -> None:
         folder, values = FAMILIES[name]
         if folder not in folders:
             folders[folder] = str(build_tiny(folder, root / folder))
-        values = {name: str(image) if value is True else value for name, value in values.items()}  # the input files
+        values = {key: str(image) if value is True else value for key, value in values.items()}  # the input files
         values["call_options"] = {"max_sequence_length": 32, **values.get("call_options", {})}
         settings = Settings(model=folders[folder], prompt="a red circle", steps=4, batch_size=1, seed=0, height=32,
                             width=32, **values)
