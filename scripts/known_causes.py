@@ -27,6 +27,7 @@ FAMILIES = {  # name -> (tiny folder, settings beyond the prompt)
     "flux-img2img": ("flux", {"pipeline": "FluxImg2ImgPipeline", "strength": 0.5, "image": True}),
     "flux-kontext": ("flux", {"pipeline": "FluxKontextPipeline", "image": True,
                               "call_options": {"_auto_resize": False, "max_area": 32 * 32}}),
+    "flux-controlnet": ("flux-controlnet", {"control_image": True}),
     "ltx": ("ltx", {"frames": 9}),
     "sd3": ("sd3", {}),
     "wan": ("wan", {"frames": 5}),
@@ -72,7 +73,7 @@ def measure(names, folders=None, image=None, progress=None):
         folder, values = FAMILIES[name]
         if folder not in folders:
             folders[folder] = str(build_tiny(folder, root / folder))
-        values = dict(values, image=str(image)) if values.get("image") else dict(values)
+        values = {key: str(image) if value is True else value for key, value in values.items()}  # the input files
         values["call_options"] = {"max_sequence_length": 32, **values.get("call_options", {})}
         settings = Settings(model=folders[folder], prompt="a red circle", steps=4, batch_size=1, seed=0, height=32,
                             width=32, **values)

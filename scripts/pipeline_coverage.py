@@ -52,6 +52,12 @@ TESTS: Dict[str, str] = {
                       "with_its_math_branch[chroma]",
     "ChromaImg2ImgPipeline": "tests/test_next_families.py::test_chroma_differs_by_mindones_float_mask_attention_and_"
                              "agrees_with_its_math_branch[chroma-img2img]",
+    "StableDiffusionControlNetPipeline": "tests/test_controlnet.py::test_each_controlnet_pipeline_agrees_end_to_end_and_"
+                                         "in_lockstep[sd]",
+    "StableDiffusionXLControlNetPipeline": "tests/test_controlnet.py::test_each_controlnet_pipeline_agrees_end_to_end_"
+                                           "and_in_lockstep[sdxl]",
+    "FluxControlNetPipeline": "tests/test_controlnet.py::test_each_controlnet_pipeline_agrees_end_to_end_and_in_lockstep"
+                              "[flux]",
 }
 
 #: Why a pipeline the families issue named is not compared yet, beyond "no recipe yet".
@@ -73,7 +79,7 @@ COMMON = {
     "num_videos_per_prompt", "batch_size", "eta", "generator", "latents", "output_type", "return_dict", "callback",
     "callback_steps", "callback_on_step_end", "callback_on_step_end_tensor_inputs", "max_sequence_length",
     "cross_attention_kwargs", "joint_attention_kwargs", "attention_kwargs", "clip_skip", "guidance_rescale",
-    "image", "mask_image", "strength", "num_frames",
+    "image", "mask_image", "strength", "num_frames", "control_image",
 }
 #: Components that predict (the denoiser a recipe names), in the order they are looked for.
 DENOISERS = ("transformer", "unet", "prior", "decoder", "transformer_2", "unet_2", "vqvae", "denoiser")
@@ -141,7 +147,8 @@ def markdown() -> str:
         "",
         "A pipeline not yet compared needs a recipe (`xrand/pipelines/recipes/`: its components, its denoiser, "
         "its inputs) and a tiny folder to test it on; the table says which denoiser it has and which keywords "
-        "of its call go beyond xrand's settings (prompts, size, steps, guidance, image, mask, strength, frames; "
+        "of its call go beyond xrand's settings (prompts, size, steps, guidance, image, mask, strength, frames, "
+        "control image; "
         "`--call-option` passes any other keyword a JSON value can give).",
         "",
         "| pipeline | compared | test, or what it needs |",

@@ -23,8 +23,11 @@ DIFFERENCES = {
     "StableDiffusion3Pipeline": ("components", "optional_components",  # runs without its T5
                                  "size_multiple"),  # check_inputs: an expression
     "FluxPipeline": ("size_multiple",), "FluxImg2ImgPipeline": ("size_multiple",),
-    "FluxKontextPipeline": ("size_multiple",),
+    "FluxKontextPipeline": ("size_multiple",), "FluxControlNetPipeline": ("size_multiple",),
     "WanPipeline": ("optional_components",),  # Wan 2.2's second transformer is not taken
+    # their check_inputs does not check the size: the recipes keep Stable Diffusion's multiple of 8
+    "StableDiffusionControlNetPipeline": ("size_multiple",),
+    "StableDiffusionXLControlNetPipeline": _SDXL + ("size_multiple",),
 }
 HAND_WRITTEN = [name for name, recipe in RECIPES.items() if not isinstance(recipe, DerivedRecipe)]
 
@@ -38,7 +41,7 @@ def _value(recipe, field):
 
 
 def test_every_family_of_the_first_release_is_hand_written_and_checked():
-    assert len(HAND_WRITTEN) == 15 and set(DIFFERENCES) <= set(HAND_WRITTEN)
+    assert len(HAND_WRITTEN) == 18 and set(DIFFERENCES) <= set(HAND_WRITTEN)
 
 
 @pytest.mark.parametrize("pipeline", HAND_WRITTEN)
@@ -64,6 +67,14 @@ def test_what_the_derivation_reads_from_the_classes():
     assert set(wan.required_inputs) == {"prompt", "image"} and "frames" in wan.inputs
     assert {"transformer_2", "image_encoder", "image_processor"} <= set(wan.optional_components)
     assert derived_recipe("FluxKontextPipeline").required_inputs == ("prompt",)  # its image is optional
+    # a ControlNet pipeline's control image is required; SD's call names it image, Flux's control_image
+    sd_controlnet = derived_recipe("StableDiffusionControlNetPipeline")
+    assert set(sd_controlnet.required_inputs) == {"prompt", "control_image"} and "image" not in sd_controlnet.inputs
+    assert sd_controlnet.call_names["control_image"] == "image"
+    assert "control_image" not in derived_recipe("FluxControlNetPipeline").call_names
+    img2img = derived_recipe("StableDiffusionControlNetImg2ImgPipeline")  # an input image and a control image
+    assert set(img2img.required_inputs) == {"prompt", "image", "control_image"}
+    assert "control_image" not in img2img.call_names
 
 
 def test_what_the_derivation_cannot_decide_is_listed_and_refused_until_the_recipe_says_it():

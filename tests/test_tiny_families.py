@@ -94,7 +94,8 @@ def test_the_folder_has_safetensors_weights_and_the_pipeline_class(folders, name
         build_tiny(name, folders[name])
 
 
-@pytest.mark.parametrize("name", ["sd-inpaint", "sdxl", "sd3", "flux", "pixart", "wan"])
+@pytest.mark.parametrize("name", ["sd-inpaint", "sdxl", "sd3", "flux", "pixart", "wan", "sd-controlnet",
+                                  "flux-controlnet"])
 def test_the_same_seed_writes_the_same_weights(folders, tmp_path, name):
     def digests(folder):
         return {p.relative_to(folder): hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.rglob("*")

@@ -460,7 +460,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "every module); a real-sized model's full record is large")
     p.add_argument("--layers-component", metavar="NAME",
                    help="look into another component's call instead of the denoiser's: vae (its decode of torch's "
-                        "final latents), text_encoder, text_encoder_2, text_encoder_3 (their call on the prompt)")
+                        "final latents), text_encoder, text_encoder_2, text_encoder_3 (their call on the prompt), "
+                        "controlnet (its call at --layers-step, on torch's inputs)")
     p.add_argument("--only", choices=list(_INSTALLED),
                    help="run only this framework's stages into --out and stop (two machines: --only torch on the "
                         "torch one, copy --out, then --only mindspore there, which takes every setting from --out)")

@@ -1,7 +1,8 @@
 """The one call of another pipeline component that ``--layers-component`` looks at: the VAE's
-decode, or a text encoder's call on the prompt.
+decode, a text encoder's call on the prompt, or a ControlNet's call at the ``--layers-step``.
 
-On torch's run, :func:`recorded` keeps that component's first call (its inputs by parameter name)
+On torch's run, :func:`recorded` keeps that component's call (the first; a ControlNet's, the one of
+the step: it is called once per denoising step, before the denoiser) (its inputs by parameter name)
 in the run's :class:`.boundary.Recording`, beside the denoiser calls, so that it travels in the
 comparison folder; :func:`entry` wraps the component in a module whose own call is that call, so
 ``--layers`` hooks, matches, floors and judges it as it does the denoiser (module names gain the
@@ -19,8 +20,10 @@ from .trees import Capture
 
 DENOISER = "denoiser"
 #: component -> the method whose call is looked at (None: the component's own call)
-METHODS = {"vae": "decode", "text_encoder": None, "text_encoder_2": None, "text_encoder_3": None}
+METHODS = {"vae": "decode", "text_encoder": None, "text_encoder_2": None, "text_encoder_3": None, "controlnet": None}
 CALLS = {"vae": "the VAE decode"}  # how a verdict names the call; else "NAME's call"
+#: components called once per denoising step (the ControlNet pipelines'): the call looked at is the step's
+PER_STEP = ("controlnet",)
 
 
 def call_name(component: str) -> str:
@@ -28,17 +31,21 @@ def call_name(component: str) -> str:
 
 
 @contextlib.contextmanager
-def recorded(fw: Any, pipe: Any, component: Optional[str], recording: Optional[Recording]) -> Iterator[None]:
-    """Inside the block, the first call of ``pipe``'s ``component`` (the VAE: its ``decode``) is
-    kept in ``recording.component``; nothing is done for the denoiser or without a recording."""
+def recorded(fw: Any, pipe: Any, component: Optional[str], recording: Optional[Recording], step: int = 0
+             ) -> Iterator[None]:
+    """Inside the block, the first call of ``pipe``'s ``component`` (the VAE: its ``decode``), or
+    call number ``step`` of a :data:`PER_STEP` component, is kept in ``recording.component``;
+    nothing is done for the denoiser or without a recording."""
     if component in (None, DENOISER) or recording is None:
         yield
         return
     module, method = getattr(pipe, component), METHODS[component]
     capture = Capture(fw)
+    wanted, calls = (step if component in PER_STEP else 0), [0]
 
     def keep(signature: inspect.Signature, args: tuple, kwargs: dict) -> None:
-        if recording.component is None:
+        index, calls[0] = calls[0], calls[0] + 1
+        if index == wanted and recording.component is None:
             recording.component = recording.writer.encode(capture(named_inputs(signature, args, kwargs)))
 
     if method is None:
@@ -89,4 +96,4 @@ def entry(fw: Any, pipe: Any, component: str) -> Any:
     return _ENTRIES[key](getattr(pipe, component))
 
 
-__all__ = ["CALLS", "DENOISER", "METHODS", "call_name", "entry", "recorded"]
+__all__ = ["CALLS", "DENOISER", "METHODS", "PER_STEP", "call_name", "entry", "recorded"]

@@ -34,7 +34,7 @@ from ..frameworks import framework
 from ..frameworks.torch import widened_per_call
 from ..registry import backend
 from .boundary import as_call, call_signature
-from .component_call import DENOISER, METHODS, call_name, entry
+from .component_call import DENOISER, METHODS, PER_STEP, call_name, entry
 from .metrics import Errors, module_metrics
 from .nonfinite import nonfinite_count
 from .records import RecordReader, RecordWriter
@@ -146,7 +146,7 @@ class LayerReport:
         verdict; where it passed, the culprit is where its within-tolerance difference starts."""
         where = f"at step {self.step} (timestep {self.timestep:g})" if self.step is not None else "in one call"
         if self.component != DENOISER:
-            where = f"in {call_name(self.component)}"
+            where = f"in {call_name(self.component)}" + (f" {where}" if self.step is not None else "")
         if self.culprit is None:
             largest = max((m for m in self.modules if m.local_rel_l2 is not None), key=lambda m: m.local_rel_l2,
                           default=None)
@@ -664,7 +664,7 @@ def mindspore_layers_at_step(ms_side: Any, plan: Any, torch_part: TorchLayers, t
     """:func:`mindspore_layers` on the loaded MindSpore side's denoiser, over torch's record."""
     options, k = plan.layers, plan.layers.step
     ms = framework("mindspore")
-    denoiser = options.component == DENOISER
+    denoiser = options.component in (DENOISER,) + PER_STEP  # a call of the step
     with ms.running(plan.devices.get("mindspore"), "pynative"), ms.half_precision(plan.settings.dtype):
         report = mindspore_layers(torch_part.reader, torch_part.meta, layers_module(ms, ms_side.pipe, plan),
                                   threshold=options.threshold, dump=options.dump, dump_dir=options.dump_dir,

@@ -175,7 +175,8 @@ def make_plan(settings: Settings, *, frameworks: Sequence[str] = FRAMEWORKS,
     if layers is not None:
         calls = _denoiser_calls(scheduler, recipe, settings, library)
         layers.check(calls)
-        held = [name for name in folder.components() if name == "vae" or name.startswith("text_encoder")]
+        held = [name for name in folder.components()
+                if name in ("vae", "controlnet") or name.startswith("text_encoder")]
         if layers.component != "denoiser" and layers.component not in held:  # a name layers knows: checked above
             raise UsageError(f"--layers-component {layers.component!r}: {recipe.pipeline} in {folder.path!r} has no "
                              f"such component; accepted: {', '.join(['denoiser'] + held)}")

@@ -121,7 +121,7 @@ class Everything:
 def run(loaded: Loaded, plan: Plan, *, generator: Optional[CountingGenerator] = None,
         record_calls: Optional[Container[int]] = None, record_steps: bool = False,
         feed: Optional[Recording] = None, record: Optional[RecordWriter] = None,
-        record_component: Optional[str] = None) -> Side:
+        record_component: Optional[str] = None, component_step: int = 0) -> Side:
     """Run a loaded pipeline as the plan says (seed, scheduler, inputs) and record it.
 
     A new scheduler is built for the run (``plan.scheduler``). MindSpore runs in
@@ -134,7 +134,8 @@ def run(loaded: Loaded, plan: Plan, *, generator: Optional[CountingGenerator] = 
     inputs in ``side.recording`` (written by ``record``, a :class:`.records.RecordWriter`, when
     given; else held in memory); ``feed``: run fed the reference's recording (lockstep), with
     the local error per step in ``side.local_steps``. ``record_component``: also keep that
-    component's call in the recording (:mod:`.component_call`; ``--layers-component``).
+    component's call in the recording (:mod:`.component_call`; ``--layers-component``): a
+    ControlNet's call number ``component_step``.
     """
     settings = plan.settings
     if (plan.folder.path, settings.dtype, plan.pipeline, settings.component_dtypes, _loras(settings)) != (
@@ -163,7 +164,7 @@ def run(loaded: Loaded, plan: Plan, *, generator: Optional[CountingGenerator] = 
     with patched(fw.library), fw.running(loaded.device, plan.mindspore_mode, plan.graph_identity()) as state, \
             fw.threads(load) as threads, fw.half_precision(settings.dtype) as stand_ins, \
             boundary.attached(recipe.denoiser_of(pipe), pipe.scheduler), \
-            recorded(fw, pipe, record_component, boundary.recording):
+            recorded(fw, pipe, record_component, boundary.recording, component_step):
         if library_pipeline:
             images = pipe(**plan.call_arguments(generator), return_dict=False)[0]
         else:

@@ -46,7 +46,7 @@ from ..pipelines.lora import adapter_name
 from ..pipelines.settings import Settings
 from .boundary import Recording
 from .floor import pipeline_floor
-from .component_call import DENOISER
+from .component_call import DENOISER, PER_STEP
 from .layers import (LayerOptions, LayerReport, TorchLayers, check_module_names, check_scope, layers_module,
                      mindspore_layers_at_step, torch_layers_at_step)
 from .plan import Plan, make_plan
@@ -101,7 +101,8 @@ class Asks:
         another key is made again (torch's records for lockstep, the layers' step and scope)."""
         o = self.layers
         if stage == "torch":
-            return {"lockstep": self.lockstep, "layers_step": None if o is None or o.component != DENOISER else o.step,
+            per_step = o is not None and o.component in (DENOISER,) + PER_STEP  # the step picks the call
+            return {"lockstep": self.lockstep, "layers_step": o.step if per_step else None,
                     "layers_component": None if o is None else o.component}
         if stage == "torch layers":
             return {"step": o.step, "floors": o.threshold is None, "scope": list(o.scope), "component": o.component}
@@ -483,7 +484,8 @@ def _torch(plan: Plan, store: Store, pipes: Any) -> None:
     writer = store.writer("torch-run") if record_calls is not None else None
     start = time.perf_counter()
     side = fingerprinted(run(pipes.get("torch"), plan, record_calls=record_calls, record_steps=asks.lockstep,
-                             record=writer, record_component=component))
+                             record=writer, record_component=component,
+                             component_step=asks.layers.step if asks.layers is not None else 0))
     files = store.save_side(side)
     files.update(writer.files if writer is not None else {})
     store.finish("torch", files=files, held=side, seconds=time.perf_counter() - start)

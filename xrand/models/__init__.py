@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Tuple
 
 from ..checks import check_choice
-from . import tiny_chroma, tiny_cogview4, tiny_flux, tiny_ltx, tiny_lumina2, tiny_pixart, tiny_sana, tiny_sd, tiny_sd3, tiny_sdxl, tiny_wan
+from . import (tiny_chroma, tiny_cogview4, tiny_controlnet, tiny_flux, tiny_ltx, tiny_lumina2, tiny_pixart, tiny_sana,
+               tiny_sd, tiny_sd3, tiny_sdxl, tiny_wan)
 from .folders import PathLike
 
 #: The digits model shipped inside the package (trained by scripts/train_digits.py): the default model.
@@ -47,6 +48,12 @@ TINY_MODELS: Dict[str, TinyModel] = {
     "lumina2": TinyModel(tiny_lumina2.build, ("Lumina2Pipeline",), tiny_lumina2.CALL),
     "cogview4": TinyModel(tiny_cogview4.build, ("CogView4Pipeline",), tiny_cogview4.CALL),
     "chroma": TinyModel(tiny_chroma.build, ("ChromaPipeline", "ChromaImg2ImgPipeline"), tiny_chroma.CALL),
+    # each takes a 32x32 control image too (--control-image; the call's image, Flux's control_image)
+    "sd-controlnet": TinyModel(tiny_controlnet.build_sd, ("StableDiffusionControlNetPipeline",),
+                               tiny_controlnet.SD_CALL),
+    "sdxl-controlnet": TinyModel(tiny_controlnet.build_sdxl, ("StableDiffusionXLControlNetPipeline",),
+                                 tiny_controlnet.SDXL_CALL),
+    "flux-controlnet": TinyModel(tiny_controlnet.build_flux, ("FluxControlNetPipeline",), tiny_controlnet.FLUX_CALL),
 }
 
 

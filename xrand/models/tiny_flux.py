@@ -48,7 +48,14 @@ SCHEDULER = dict(num_train_timesteps=1000, shift=3.0, use_dynamic_shifting=True,
 def build(folder: PathLike, seed: int = 0) -> Path:
     """Write a random-weight ``FluxPipeline`` folder (safetensors) and return its path."""
     folder, seed = new_model_folder(folder, seed)
-    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
+    from diffusers import FluxPipeline
+
+    return save(FluxPipeline(**components(folder, seed)), folder)
+
+
+def components(folder: Path, seed: int) -> dict:
+    """The pipeline's arguments: its components drawn from ``seed`` (the tokenizers written in ``folder``)."""
+    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxTransformer2DModel
     from transformers import CLIPTextConfig, CLIPTextModel, CLIPTokenizer, T5TokenizerFast
 
     tokenizer = CLIPTokenizer.from_pretrained(str(write_clip_tokenizer(folder / "tokenizer")))
@@ -58,7 +65,5 @@ def build(folder: PathLike, seed: int = 0) -> Path:
         vae = AutoencoderKL(**VAE)
         text_encoder = CLIPTextModel(CLIPTextConfig(**clip_text_config_ids(), **TEXT_ENCODER))
         text_encoder_2 = t5_encoder(folder / "tokenizer_2")
-    return save(FluxPipeline(
-        scheduler=FlowMatchEulerDiscreteScheduler(**SCHEDULER), vae=vae, text_encoder=text_encoder,
-        tokenizer=tokenizer, text_encoder_2=text_encoder_2, tokenizer_2=tokenizer_2, transformer=transformer),
-        folder)
+    return dict(scheduler=FlowMatchEulerDiscreteScheduler(**SCHEDULER), vae=vae, text_encoder=text_encoder,
+                tokenizer=tokenizer, text_encoder_2=text_encoder_2, tokenizer_2=tokenizer_2, transformer=transformer)

@@ -82,8 +82,16 @@ build = build_tiny_sd
 
 def _build(folder: PathLike, seed: int, inpaint: bool) -> Path:
     folder, seed = new_model_folder(folder, seed)
-    from diffusers import (AutoencoderKL, PNDMScheduler, StableDiffusionInpaintPipeline, StableDiffusionPipeline,
-                           UNet2DConditionModel)
+    from diffusers import StableDiffusionInpaintPipeline, StableDiffusionPipeline
+
+    pipeline = StableDiffusionInpaintPipeline if inpaint else StableDiffusionPipeline
+    return save(pipeline(**components(folder, seed, inpaint)), folder)
+
+
+def components(folder: Path, seed: int, inpaint: bool = False) -> dict:
+    """The pipeline's arguments: its components drawn from ``seed`` (the tokenizer written in
+    ``folder``), no safety checker."""
+    from diffusers import AutoencoderKL, PNDMScheduler, UNet2DConditionModel
     from transformers import CLIPTextConfig, CLIPTextModel, CLIPTokenizer
 
     tokenizer = CLIPTokenizer.from_pretrained(str(write_clip_tokenizer(folder / "tokenizer")))
@@ -91,7 +99,6 @@ def _build(folder: PathLike, seed: int, inpaint: bool) -> Path:
         unet = UNet2DConditionModel(**{**UNET, "in_channels": 9 if inpaint else 4})
         vae = AutoencoderKL(**VAE)
         text_encoder = CLIPTextModel(CLIPTextConfig(**clip_text_config_ids(), **TEXT_ENCODER))
-    pipeline = StableDiffusionInpaintPipeline if inpaint else StableDiffusionPipeline
-    return save(pipeline(vae=vae, text_encoder=text_encoder, tokenizer=tokenizer, unet=unet,
-                         scheduler=PNDMScheduler(**SCHEDULER), safety_checker=None, feature_extractor=None,
-                         requires_safety_checker=False), folder)
+    return dict(vae=vae, text_encoder=text_encoder, tokenizer=tokenizer, unet=unet,
+                scheduler=PNDMScheduler(**SCHEDULER), safety_checker=None, feature_extractor=None,
+                requires_safety_checker=False)

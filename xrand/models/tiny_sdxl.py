@@ -49,7 +49,15 @@ SCHEDULER = dict(
 def build(folder: PathLike, seed: int = 0) -> Path:
     """Write a random-weight ``StableDiffusionXLPipeline`` folder (safetensors) and return its path."""
     folder, seed = new_model_folder(folder, seed)
-    from diffusers import AutoencoderKL, EulerDiscreteScheduler, StableDiffusionXLPipeline, UNet2DConditionModel
+    from diffusers import StableDiffusionXLPipeline
+
+    return save(StableDiffusionXLPipeline(**components(folder, seed)), folder)
+
+
+def components(folder: Path, seed: int) -> dict:
+    """The pipeline's arguments: its components drawn from ``seed`` (the tokenizers written in
+    ``folder``), no watermarker."""
+    from diffusers import AutoencoderKL, EulerDiscreteScheduler, UNet2DConditionModel
     from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection, CLIPTokenizer
 
     tokenizer = CLIPTokenizer.from_pretrained(str(write_clip_tokenizer(folder / "tokenizer")))
@@ -60,7 +68,6 @@ def build(folder: PathLike, seed: int = 0) -> Path:
         vae = AutoencoderKL(**VAE)
         text_encoder = CLIPTextModel(config)
         text_encoder_2 = CLIPTextModelWithProjection(config)
-    return save(StableDiffusionXLPipeline(
-        vae=vae, text_encoder=text_encoder, text_encoder_2=text_encoder_2, tokenizer=tokenizer,
-        tokenizer_2=tokenizer_2, unet=unet, scheduler=EulerDiscreteScheduler(**SCHEDULER),
-        add_watermarker=False), folder)
+    return dict(vae=vae, text_encoder=text_encoder, text_encoder_2=text_encoder_2, tokenizer=tokenizer,
+                tokenizer_2=tokenizer_2, unet=unet, scheduler=EulerDiscreteScheduler(**SCHEDULER),
+                add_watermarker=False)

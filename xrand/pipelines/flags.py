@@ -128,6 +128,10 @@ FLAGS: Sequence[Flag] = (
     Flag("mask", "--mask", "inpainting mask (white: repaint)", metavar="FILE", path=True),
     Flag("strength", "--strength", "how far image to image and inpainting noise the input, in (0, 1]", type=float),
     Flag("frames", "--frames", "frames of a video (WanPipeline's num_frames; 4k + 1)", type=int),
+    Flag("control_image", "--control-image", "a ControlNet's control image (the ControlNet pipelines' image, "
+         "Flux's control_image); its conditioning scale and guidance start/end through --call-option "
+         "controlnet_conditioning_scale=X, control_guidance_start=X, control_guidance_end=X", metavar="FILE",
+         path=True),
     Flag("call_options", "--call-option", "any other keyword of the pipeline's call, VALUE parsed as JSON when it "
          "parses, e.g. max_sequence_length=64 or use_resolution_binning=false (repeatable)", metavar="KEY=VALUE",
          pairs="json", example="max_sequence_length=64"),

@@ -1,9 +1,11 @@
-"""A pipeline's input files (``--image``, ``--mask``): read, checked and digested once per file version.
+"""A pipeline's input files (``--image``, ``--mask``, ``--control-image``): read, checked and
+digested once per file version.
 
 Both sides get the same picture: the file decoded by Pillow, an image as RGB (an alpha channel
-or a palette would give the image processors other channel counts) and a mask as one channel
-(``L``; white repaints). What makes two runs comparable is the file's content, not its path
-(side files travel between machines), so each file is known by the sha256 of its bytes.
+or a palette would give the image processors other channel counts), a mask as one channel
+(``L``; white repaints) and a ControlNet's control image as RGB. What makes two runs comparable
+is the file's content, not its path (side files travel between machines), so each file is known
+by the sha256 of its bytes.
 """
 from __future__ import annotations
 
@@ -16,13 +18,15 @@ from typing import Any
 from ..checks import UsageError
 
 #: The pipeline inputs a run's settings carry (``Settings.INPUTS``): text to image's, then those of
-#: the families beyond it (a second and third prompt, an input image and mask, strength, frames).
+#: the families beyond it (a second and third prompt, an input image and mask, strength, frames, a
+#: ControlNet's control image).
 TEXT_INPUTS = ("prompt", "negative_prompt", "guidance_scale", "height", "width")
-FAMILY_INPUTS = ("prompt_2", "negative_prompt_2", "prompt_3", "negative_prompt_3", "image", "mask", "strength", "frames")
+FAMILY_INPUTS = ("prompt_2", "negative_prompt_2", "prompt_3", "negative_prompt_3", "image", "mask", "strength",
+                 "frames", "control_image")
 INPUTS = TEXT_INPUTS + FAMILY_INPUTS
 
 #: Pillow's mode for each input file: what both libraries' image processors are given.
-MODES = {"image": "RGB", "mask": "L"}
+MODES = {"image": "RGB", "mask": "L", "control_image": "RGB"}
 
 
 @dataclass(frozen=True)
@@ -40,12 +44,13 @@ class InputFile:
 
 
 def read_input(name: str, path: str) -> InputFile:
-    """The file given as input ``name`` (``"image"`` or ``"mask"``), decoded; ``UsageError`` naming
-    the file and why when it is missing or not a picture Pillow reads."""
+    """The file given as input ``name`` (``"image"``, ``"mask"`` or ``"control_image"``), decoded;
+    ``UsageError`` naming the file and why when it is missing or not a picture Pillow reads."""
+    flag = "--" + name.replace("_", "-")
     try:
         stat = os.stat(path)
     except OSError as exc:
-        raise UsageError(f"--{name} {path!r} cannot be read: {exc.strerror or exc}; give an image file "
+        raise UsageError(f"{flag} {path!r} cannot be read: {exc.strerror or exc}; give an image file "
                          "(PNG, JPEG, WebP...)") from None
     return _read(name, os.path.realpath(path), path, stat.st_size, stat.st_mtime_ns)
 
@@ -55,13 +60,14 @@ def _read(name: str, real: str, path: str, size: int, mtime_ns: int) -> InputFil
     """Read once per file version (both sides of a comparison and every run read the same file)."""
     from PIL import Image, UnidentifiedImageError
 
+    flag = "--" + name.replace("_", "-")
     try:
         with open(real, "rb") as f:
             data = f.read()
         with Image.open(real) as opened:
             picture = opened.convert(MODES[name])
     except (OSError, UnidentifiedImageError, ValueError) as exc:
-        raise UsageError(f"--{name} {path!r} is not an image file Pillow can read ({type(exc).__name__}); "
+        raise UsageError(f"{flag} {path!r} is not an image file Pillow can read ({type(exc).__name__}); "
                          "give a PNG, JPEG or WebP file") from None
     return InputFile(path=path, digest="sha256:" + hashlib.sha256(data).hexdigest(), size=picture.size,
                      picture=picture)

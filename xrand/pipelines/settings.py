@@ -27,7 +27,7 @@ NOISES: Tuple[str, ...] = ("shared", "native")
 #: The longest schedule: the models' training schedule.
 MAX_STEPS = 1000
 #: The inputs that name files (read and checked when a comparison is planned).
-FILE_INPUTS: Tuple[str, ...] = ("image", "mask")
+FILE_INPUTS: Tuple[str, ...] = ("image", "mask", "control_image")
 
 
 def _positive_int(name: str, value: Any, optional: bool = False) -> Optional[int]:
@@ -115,7 +115,8 @@ class Settings:
     width: Optional[int] = None
     # the pipeline families' inputs (xrand.pipelines.recipes): a second and third prompt, an input
     # image and mask (file paths; sides compare the files' content, not their paths), img2img's
-    # strength, a video's frame count, and any other keyword of the pipeline's call
+    # strength, a video's frame count, a ControlNet's control image (a file path too), and any
+    # other keyword of the pipeline's call
     prompt_2: Optional[str] = None
     negative_prompt_2: Optional[str] = None
     prompt_3: Optional[str] = None
@@ -124,6 +125,7 @@ class Settings:
     mask: Optional[str] = None
     strength: Optional[float] = None
     frames: Optional[int] = None
+    control_image: Optional[str] = None
     call_options: Dict[str, Any] = field(default_factory=dict)
 
     #: The pipeline inputs among the fields (a recipe says which it takes).

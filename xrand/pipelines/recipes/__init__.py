@@ -13,12 +13,14 @@ from ...checks import UsageError, UsageTypeError
 from .base import Recipe, flag
 from .derived import DerivedRecipe, derived_recipe
 from .families import derived_recipes
-from .flux import FluxImg2ImgRecipe, FluxKontextRecipe, FluxRecipe
+from .flux import FluxControlNetRecipe, FluxImg2ImgRecipe, FluxKontextRecipe, FluxRecipe
 from .ltx import LTXRecipe
 from .pixart import PixArtSigmaRecipe
-from .stable_diffusion import StableDiffusionImg2ImgRecipe, StableDiffusionInpaintRecipe, StableDiffusionRecipe
+from .stable_diffusion import (StableDiffusionControlNetRecipe, StableDiffusionImg2ImgRecipe,
+                               StableDiffusionInpaintRecipe, StableDiffusionRecipe)
 from .stable_diffusion_3 import StableDiffusion3Recipe
-from .stable_diffusion_xl import StableDiffusionXLImg2ImgRecipe, StableDiffusionXLInpaintRecipe, StableDiffusionXLRecipe
+from .stable_diffusion_xl import (StableDiffusionXLControlNetRecipe, StableDiffusionXLImg2ImgRecipe,
+                                  StableDiffusionXLInpaintRecipe, StableDiffusionXLRecipe)
 from .unconditional import DDIMRecipe, DDPMRecipe
 from .wan import WanRecipe
 
@@ -37,7 +39,8 @@ def register_recipe(recipe: Recipe) -> Recipe:
 for _recipe in (DDIMRecipe(), DDPMRecipe(), StableDiffusionRecipe(), StableDiffusionImg2ImgRecipe(),
                 StableDiffusionInpaintRecipe(), StableDiffusionXLRecipe(), StableDiffusionXLImg2ImgRecipe(),
                 StableDiffusionXLInpaintRecipe(), StableDiffusion3Recipe(), FluxRecipe(), FluxImg2ImgRecipe(),
-                FluxKontextRecipe(), PixArtSigmaRecipe(), WanRecipe(), LTXRecipe()) + derived_recipes():
+                FluxKontextRecipe(), PixArtSigmaRecipe(), WanRecipe(), LTXRecipe(), StableDiffusionControlNetRecipe(),
+                StableDiffusionXLControlNetRecipe(), FluxControlNetRecipe()) + derived_recipes():
     register_recipe(_recipe)
 
 

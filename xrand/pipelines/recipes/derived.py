@@ -11,9 +11,11 @@ installed; both ship it under one name) once, when a recipe first needs it:
   the parameter's annotation;
 - the scheduler kind from the scheduler class ``__init__`` declares (a flow-matching class: flow;
   ``KarrasDiffusionSchedulers`` or a noise scheduler: noise; a solver that drives both: undecided);
-- inputs: the ``__call__`` keywords that are :data:`..inputs.INPUTS`; required: the
-  prompt, ``image`` for image-to-image, inpainting and editing classes (by their names: their
-  calls give ``image`` a default of None), ``mask`` for inpainting;
+- inputs: the ``__call__`` keywords that are :data:`..inputs.INPUTS`, a ControlNet pipeline's
+  ``image`` as its ``control_image`` where its call has no ``control_image`` (Stable Diffusion's
+  and SDXL's; ``call_names`` then gives the input the call's name); required: the prompt,
+  ``image`` for image-to-image, inpainting and editing classes (by their names: their calls give
+  ``image`` a default of None), ``mask`` for inpainting, a ControlNet pipeline's control image;
 - the size multiple from ``check_inputs`` (``height % 16 != 0``, or ``% (self.vae_scale_factor * 2)``
   read from the folder's VAE; another expression is undecided);
 - the batch keyword, whether the call takes ``eta``, and which schedulers its own call runs as
@@ -48,7 +50,7 @@ MASK_WORDS = ("Inpaint",)
 #: Fields :func:`derive` decides (or lists as undecided), and the method that supersedes a field
 #: when a recipe overrides it.
 FIELDS = ("components", "optional_components", "denoiser", "denoiser_classes", "scheduler_kind", "inputs",
-          "required_inputs", "size_multiple", "batch_argument", "takes_eta", "native_schedulers")
+          "required_inputs", "call_names", "size_multiple", "batch_argument", "takes_eta", "native_schedulers")
 SUPERSEDED_BY = {"size_multiple": "size_multiple_of"}
 
 
@@ -128,7 +130,12 @@ def derive(pipeline: str) -> Derivation:
     values: Dict[str, Any] = {}
     undecided: Dict[str, str] = {}
 
-    names = {v: k for k, v in Recipe.call_names.items()}
+    call_names = dict(Recipe.call_names)
+    controlnet = "controlnet" in init
+    if controlnet and "control_image" not in call:  # the SD and SDXL ControlNet calls' image is the control image
+        call_names["control_image"] = "image"
+    values["call_names"] = call_names
+    names = {v: k for k, v in call_names.items()}
     inputs = tuple(names.get(k, k) for k in call if names.get(k, k) in INPUTS)
     values["inputs"] = inputs
     prompted = "prompt" in inputs
@@ -152,7 +159,7 @@ def derive(pipeline: str) -> Derivation:
     else:
         values["scheduler_kind"] = kind
 
-    required = [name for name in inputs if call_defaults[Recipe.call_names.get(name, name)].default
+    required = [name for name in inputs if call_defaults[call_names.get(name, name)].default
                 is inspect.Parameter.empty]
     if prompted:
         required.append("prompt")
@@ -160,6 +167,8 @@ def derive(pipeline: str) -> Derivation:
         required.append("image")
     if "mask" in inputs and any(word in pipeline for word in MASK_WORDS):
         required.append("mask")
+    if controlnet and "control_image" in inputs:
+        required.append("control_image")
     values["required_inputs"] = tuple(dict.fromkeys(n for n in inputs if n in required))
 
     sizes = re.findall(r"height % (.+?) != 0", _source(getattr(cls, "check_inputs", None)))
@@ -221,6 +230,7 @@ class DerivedRecipe(Recipe):
     scheduler_kind = _Derived()
     inputs = _Derived()
     required_inputs = _Derived()
+    call_names = _Derived()
     size_multiple = _Derived()
     batch_argument = _Derived()
     takes_eta = _Derived()

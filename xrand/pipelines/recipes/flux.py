@@ -1,6 +1,6 @@
 """FLUX.1 pipelines: CLIP and T5 text encoders, a FluxTransformer2DModel on flow matching over
 latents packed 2x2 into tokens, with the guidance scale embedded; text to image, image to
-image, Kontext (editing from an image)."""
+image, Kontext (editing from an image), ControlNet."""
 from __future__ import annotations
 
 from .. import schedulers
@@ -47,3 +47,14 @@ class FluxKontextRecipe(FluxRecipe):
 
     pipeline = "FluxKontextPipeline"
     inputs = _PROMPTS + ("image",)
+
+
+class FluxControlNetRecipe(FluxRecipe):
+    """Text to image guided by a FluxControlNetModel: the control image's VAE sample, packed (one
+    more draw before the steps), goes into the ControlNet, whose block samples go into the
+    transformer's call (``controlnet_block_samples``, ``controlnet_single_block_samples``)."""
+
+    pipeline = "FluxControlNetPipeline"
+    components = FluxRecipe.components + ("controlnet",)
+    inputs = _PROMPTS + ("control_image",)
+    required_inputs = ("prompt", "control_image")

@@ -1,9 +1,10 @@
 """Stable Diffusion 1.x/2.x pipelines: CLIP text encoder, UNet2DConditionModel, AutoencoderKL,
-guidance; text to image, image to image, inpainting."""
+guidance; text to image, image to image, inpainting, ControlNet."""
 from __future__ import annotations
 
 from typing import Any, Optional
 
+from .base import Recipe
 from .conditional import ConditionalRecipe
 
 #: Where each component's weights are in a Stable Diffusion 1.x single file (the original layout,
@@ -64,3 +65,18 @@ class StableDiffusionInpaintRecipe(StableDiffusionRecipe):
     pipeline = "StableDiffusionInpaintPipeline"
     inputs = ("prompt", "negative_prompt", "guidance_scale", "height", "width", "image", "mask", "strength")
     required_inputs = ("prompt", "image", "mask")
+
+
+class StableDiffusionControlNetRecipe(StableDiffusionRecipe):
+    """Text to image guided by a ControlNet (``controlnet``): its call on the sample and the
+    control image gives the UNet residuals (``down_block_additional_residuals``,
+    ``mid_block_additional_residual``), so lockstep and layers see them at the UNet's call. The
+    control image is the call's ``image``; ``controlnet_conditioning_scale``, ``guess_mode`` and
+    ``control_guidance_start``/``end`` are call options."""
+
+    pipeline = "StableDiffusionControlNetPipeline"
+    components = StableDiffusionRecipe.components + ("controlnet",)
+    inputs = StableDiffusionRecipe.inputs + ("control_image",)
+    required_inputs = ("prompt", "control_image")
+    call_names = {**Recipe.call_names, "control_image": "image"}
+    check_single_file = Recipe.check_single_file  # a Stable Diffusion file holds no ControlNet

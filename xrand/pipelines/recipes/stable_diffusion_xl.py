@@ -1,8 +1,9 @@
 """Stable Diffusion XL pipelines: two CLIP text encoders, a UNet2DConditionModel with added
 conditioning (the pooled text embedding and time ids), AutoencoderKL; text to image, image to
-image, inpainting."""
+image, inpainting, ControlNet."""
 from __future__ import annotations
 
+from .base import Recipe
 from .conditional import ConditionalRecipe
 
 _PROMPTS = ("prompt", "prompt_2", "negative_prompt", "negative_prompt_2", "guidance_scale")
@@ -36,3 +37,14 @@ class StableDiffusionXLInpaintRecipe(StableDiffusionXLRecipe):
     pipeline = "StableDiffusionXLInpaintPipeline"
     inputs = _PROMPTS + ("height", "width", "image", "mask", "strength")
     required_inputs = ("prompt", "image", "mask")
+
+
+class StableDiffusionXLControlNetRecipe(StableDiffusionXLRecipe):
+    """Text to image guided by a ControlNet (its residuals go into the UNet's call, as in
+    Stable Diffusion's); the control image is the call's ``image``."""
+
+    pipeline = "StableDiffusionXLControlNetPipeline"
+    components = StableDiffusionXLRecipe.components + ("controlnet",)
+    inputs = _PROMPTS + ("height", "width", "control_image")
+    required_inputs = ("prompt", "control_image")
+    call_names = {**Recipe.call_names, "control_image": "image"}
