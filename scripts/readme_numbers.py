@@ -407,6 +407,7 @@ KNOWN_CAUSES = [  # label, scripts/known_causes.py's family name
     ("tiny Flux", "flux"),
     ("tiny Flux image to image", "flux-img2img"),
     ("tiny Flux Kontext", "flux-kontext"),
+    ("tiny Flux ControlNet", "flux-controlnet"),
     ("tiny LTX-Video", "ltx"),
     ("tiny SD3 (its attention does not go through that function)", "sd3"),
 ]
