@@ -31,7 +31,7 @@ import numpy as np
 
 from ..checks import UsageError, UsageTypeError
 from ..frameworks import framework
-from ..frameworks.torch import widened_per_call
+from ..frameworks.torch import widened
 from ..registry import backend
 from .boundary import as_call, call_signature
 from .component_call import DENOISER, METHODS, PER_STEP, call_name, entry
@@ -563,7 +563,7 @@ def _torch_floors(torch_module: Any, args: Sequence[Any], kwargs: Mapping[str, A
     same inputs (None where the outputs do not match up).
 
     Each submodule is cast to float64 while it runs and back after it (exact: every float32 value
-    is a float64 value) by :func:`xrand.frameworks.torch.widened_per_call`, under which float32
+    is a float64 value) by :func:`xrand.frameworks.torch.widened`, under which float32
     pinned inside the model (and the captured inputs' float32) widens too.
     """
     pt = framework("torch")
@@ -582,7 +582,7 @@ def _torch_floors(torch_module: Any, args: Sequence[Any], kwargs: Mapping[str, A
                 floors[i] = err["rel_l2"]
 
     recorded = ((n, m) for n, m in pt.submodules(torch_module) if (n, 0) in index)
-    with pt.hooked(recorded, post=post), widened_per_call(torch_module):
+    with pt.hooked(recorded, post=post), widened([torch_module]):
         _call(pt, torch_module, args, kwargs, "float64")  # float64 throughout, one module's copy at a time
     return floors
 

@@ -2,10 +2,9 @@
 reference a noise floor is measured against.
 
 A float64 run of a loaded torch pipeline (or module) must be float64 throughout, without loading
-it again: :func:`widened` casts the modules in place and back, and :func:`widened_torch` makes
-every float32 that diffusers and transformers pin inside their models float64 too.
-:func:`widened_per_call` does the same for one module's calls holding only the float64 copy of
-the submodules running at the moment (a real-sized model's float64 copy is twice its weights).
+it again and without a float64 copy of it (twice its weights): :func:`widened` casts each
+submodule to float64 only while it runs, and :func:`widened_torch` makes every float32 that
+diffusers and transformers pin inside their models float64 too.
 """
 from __future__ import annotations
 
@@ -118,39 +117,17 @@ class Torch(Framework):
 
 @contextlib.contextmanager
 def widened(modules: Iterable[Any]) -> Iterator[None]:
-    """The torch modules among ``modules`` in float64, and :func:`widened_torch`, inside the block.
-
-    Every floating parameter and buffer is cast in place and back to its own dtype afterwards
-    (float32 or float16 -> float64 -> back is exact), so a loaded pipeline is measured without
-    loading it again. Anything that is not a ``torch.nn.Module`` (a scheduler, a tokenizer) is
-    left alone.
-    """
-    import torch
-
-    tensors = [t for m in modules if isinstance(m, torch.nn.Module)
-               for t in list(m.parameters()) + list(m.buffers()) if t.is_floating_point()]
-    dtypes = [t.dtype for t in tensors]
-    try:
-        with torch.no_grad():
-            for t in tensors:
-                t.data = t.data.to(torch.float64)
-        with widened_torch():
-            yield
-    finally:
-        with torch.no_grad():
-            for t, dtype in zip(tensors, dtypes):
-                t.data = t.data.to(dtype)
-
-
-@contextlib.contextmanager
-def widened_per_call(module: Any) -> Iterator[None]:
-    """Calls of the torch ``module`` in float64 inside the block, as under :func:`widened`, but
-    each submodule's own floating parameters and buffers are float64 only while that submodule
-    runs (a float64 copy made by a forward pre-hook, the tensor's own data put back by a forward
-    hook; a tensor shared by submodules stays float64 until the last of them ends). Memory: the
-    weights as they are, plus the float64 copy of the modules on the call stack. A submodule
-    whose parameters are used without calling it would meet float32 ones and fail loudly (a
-    dtype mismatch), not compute in float32."""
+    """Calls of the torch modules among ``modules`` in float64 inside the block (with
+    :func:`widened_torch`), as if each were cast to float64, without a float64 copy of them: each
+    submodule's own floating parameters and buffers are float64 only while that submodule runs (a
+    float64 copy made by a forward pre-hook, the tensor's own data put back by a forward hook; a
+    tensor shared by submodules stays float64 until the last of them ends). Memory: the weights as
+    they are, plus the float64 copy of the modules on the call stack. Anything that is not a
+    ``torch.nn.Module`` (a scheduler, a tokenizer) is left alone. A parameter read outside its
+    module's call is its own float32 tensor there: arithmetic with float64 values promotes it
+    exactly (every float32 value is a float64 value) and a layer given it fails loudly (a dtype
+    mismatch); a dtype read from it is widened as every dtype asked for is. tests/test_floor.py
+    checks every tiny family's floor against its pipeline cast whole to float64."""
     import torch
 
     held: dict = {}  # id(tensor) -> [tensor, its own data, how many running modules hold it]
@@ -176,7 +153,7 @@ def widened_per_call(module: Any) -> Iterator[None]:
                     t.data = entry[1]
                     del held[id(t)]
 
-    handles = [h for m in module.modules()
+    handles = [h for module in modules if isinstance(module, torch.nn.Module) for m in module.modules()
                for h in (m.register_forward_pre_hook(enter), m.register_forward_hook(leave))]
     try:
         with widened_torch():
