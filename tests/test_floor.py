@@ -1,8 +1,6 @@
 """The float64 floor widens one submodule at a time (xrand.frameworks.torch.widened): on every
 tiny family it gives, bit for bit, the floor of the pipeline cast whole to float64, and its
 weights are their own dtype again afterwards."""
-import contextlib
-
 import numpy as np
 import pytest
 
@@ -12,31 +10,12 @@ pytest.importorskip("diffusers")
 from xrand.compare import make_plan  # noqa: E402
 from xrand.compare.floor import DrawsIn, noise_floor, pipeline_floor  # noqa: E402
 from xrand.compare.sides import load, run  # noqa: E402
-from xrand.frameworks.torch import widened_torch  # noqa: E402
+from xrand.frameworks.torch import cast_whole  # noqa: E402
 from xrand.models import DIGITS, TINY_MODELS  # noqa: E402
 from xrand.pipelines.settings import Settings  # noqa: E402
 
 CONTROLLED = ("sd-controlnet", "sdxl-controlnet", "flux-controlnet")
 FAMILIES = ["digits", *(name for name in TINY_MODELS if name != "sd-inpaint")]
-
-
-@contextlib.contextmanager
-def cast_whole(modules):
-    """The torch modules among ``modules`` cast to float64 in place (a float64 copy of every
-    weight at once) and back afterwards: the floor's reference."""
-    tensors = [t for m in modules if isinstance(m, torch.nn.Module)
-               for t in list(m.parameters()) + list(m.buffers()) if t.is_floating_point()]
-    dtypes = [t.dtype for t in tensors]
-    with torch.no_grad():
-        for t in tensors:
-            t.data = t.data.to(torch.float64)
-    try:
-        with widened_torch():
-            yield
-    finally:
-        with torch.no_grad():
-            for t, dtype in zip(tensors, dtypes):
-                t.data = t.data.to(dtype)
 
 
 @pytest.fixture(scope="module")

@@ -167,6 +167,29 @@ def widened(modules: Iterable[Any]) -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def cast_whole(modules: Iterable[Any]) -> Iterator[None]:
+    """The torch modules among ``modules`` cast to float64 in place (a float64 copy of every
+    weight at once) and back afterwards, with :func:`widened_torch`: what :func:`widened` gives
+    without that copy (tests/test_floor.py checks it bit for bit; benchmarks/bench_floor.py
+    measures the memory each holds)."""
+    import torch
+
+    tensors = [t for m in modules if isinstance(m, torch.nn.Module)
+               for t in list(m.parameters()) + list(m.buffers()) if t.is_floating_point()]
+    dtypes = [t.dtype for t in tensors]
+    with torch.no_grad():
+        for t in tensors:
+            t.data = t.data.to(torch.float64)
+    try:
+        with widened_torch():
+            yield
+    finally:
+        with torch.no_grad():
+            for t, dtype in zip(tensors, dtypes):
+                t.data = t.data.to(dtype)
+
+
+@contextlib.contextmanager
 def widened_torch() -> Iterator[None]:
     """Inside the block, torch's default dtype is float64 and a torch function mode turns every
     narrow float dtype requested into float64, and every floating tensor ``torch.tensor`` makes
