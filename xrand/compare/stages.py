@@ -35,7 +35,7 @@ import numpy as np
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ..checks import UsageError
+from ..checks import UsageError, differing
 from ..files import json_safe, write_json
 from ..frameworks.threads import measure as measure_load
 from ..patch import patched
@@ -234,7 +234,8 @@ class Store:
                                  f"{self.folder}/ was made with (sha256 {here[name][:12]}... vs {there[name][:12]}...); "
                                  f"give the same model folder")
         if written["identity"] != self.manifest["identity"]:
-            diffs = _differences(written["identity"], self.manifest["identity"])
+            diffs = [key if isinstance(x, (dict, list)) else f"{key} {x!r} vs {y!r}"
+                     for key, x, y in differing(written["identity"], self.manifest["identity"], depth=1)]
             raise UsageError(f"--out {self.folder!r} holds a comparison of other settings (differing: "
                              f"{', '.join(diffs)}); use another folder or the same settings")
 
@@ -355,18 +356,6 @@ def framework_of(stage: str) -> str:
 def _record_files(files: Mapping[str, Any], record: str) -> Dict[str, Any]:
     return {name: entry for name, entry in files.items() if os.path.basename(name).startswith(record + ".")
             or os.path.basename(name).startswith(record + "-")}
-
-
-def _differences(a: Dict[str, Any], b: Dict[str, Any], prefix: str = "") -> List[str]:
-    """The keys (``settings.steps``) whose values differ, one level of nesting deep."""
-    out = []
-    for key in sorted(set(a) | set(b)):
-        x, y = a.get(key), b.get(key)
-        if isinstance(x, dict) and isinstance(y, dict) and not prefix:
-            out += _differences(x, y, key + ".")
-        elif x != y:
-            out.append(f"{prefix}{key} {x!r} vs {y!r}" if not isinstance(x, (dict, list)) else prefix + key)
-    return out
 
 
 # ----------------------------------------------------------------------------- pipelines

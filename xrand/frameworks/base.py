@@ -178,6 +178,11 @@ class Framework:
         inside it, parents first (``down_blocks.0.resnets.0.conv1``)."""
         raise NotImplementedError
 
+    def weights(self, module: Any) -> Iterable[Tuple[str, Any]]:
+        """``(name, tensor)`` of every parameter of a loaded module and of the buffers its library
+        saves with it, named as that library names them."""
+        raise NotImplementedError
+
     def module_device(self, module: Any) -> Any:
         """Where a module's (first) weights are, and so its inputs go (None: the framework's context decides)."""
         return None

@@ -197,6 +197,9 @@ class MindSpore(Framework):
     def submodules(self, module):
         return module.cells_and_names()
 
+    def weights(self, module):
+        return module.parameters_and_names()
+
     def _eager(self):
         return mindspore_mode("pynative")
 

@@ -76,6 +76,10 @@ class Torch(Framework):
     def submodules(self, module):
         return module.named_modules()
 
+    def weights(self, module):
+        saved = set(module.state_dict(keep_vars=True))  # persistent buffers (SD3's pos_embed) are saved
+        return list(module.named_parameters()) + [(n, b) for n, b in module.named_buffers() if n in saved]
+
     def module_device(self, module):
         return next(module.parameters()).device
 
