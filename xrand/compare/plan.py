@@ -29,7 +29,7 @@ from ..pipelines import schedulers
 from ..pipelines.components import COMPONENT_DTYPES_PYNATIVE, model_components
 from ..pipelines.folder import ModelFolder, check_components, read_folder
 from ..pipelines.inputs import read_input
-from ..pipelines.lora import adapter_name, check_lora_files
+from ..pipelines.lora import adapter_name, check_lora_files, check_lora_targets
 from ..pipelines.recipes import RECIPES, Recipe, recipe as recipe_named
 from ..pipelines.settings import Settings
 
@@ -219,6 +219,8 @@ def _lora_files(settings: Settings, recipe: Recipe, frameworks: Sequence[str]) -
     if "torch" in frameworks and importlib.util.find_spec("peft") is None:
         raise UsageError("--lora: diffusers loads LoRAs through the peft package, which is not installed here: "
                          "pip install 'xrand[diffusers]' (or pip install peft)")
+    if isinstance(recipe.denoiser, str):
+        check_lora_targets(settings.loras, recipe.denoiser, recipe.pipeline)
     digests = {}
     for path, _ in settings.loras:
         with open(path, "rb") as f:

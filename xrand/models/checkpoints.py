@@ -80,30 +80,50 @@ LORA_TARGETS = ("to_q", "to_k", "to_v", "to_out.0")
 
 
 def save_lora(folder: PathLike, path: PathLike, rank: int = 4, seed: int = 0, scale: float = 0.1) -> Path:
-    """A random LoRA for a folder's UNet in the format both libraries' ``load_lora_weights`` read
-    (diffusers' ``save_lora_weights``: ``unet.<module>.lora_A.weight`` (rank, in) and ``lora_B``
-    (out, rank) for every attention projection), float32; numpy alone, offline. ``scale``: the
-    entries' size (lora_B @ lora_A moves a weight by about ``scale**2 * rank``)."""
+    """A random LoRA for a folder's denoiser, its UNet (Stable Diffusion, SDXL) or its transformer
+    (Flux), in the format both libraries' ``load_lora_weights`` read (diffusers'
+    ``save_lora_weights``: ``unet.<module>.lora_A.weight`` (rank, in) and ``lora_B`` (out, rank), or
+    ``transformer.<module>...``, for every attention projection), float32; numpy alone, offline.
+    ``scale``: the entries' size (lora_B @ lora_A moves a weight by about ``scale**2 * rank``)."""
     import numpy as np
     from safetensors.numpy import save_file
 
     folder, path = Path(folder), check_new_file(path)
     if not str(path).endswith(".safetensors"):
         raise UsageError(f"{str(path)!r}: a LoRA file is NAME.safetensors (the adapter is called NAME)")
+    denoiser = lora_denoiser(folder)
     rng = np.random.default_rng(seed)
     state = {}
-    for file in sorted(f for f in (folder / "unet").glob("*.safetensors") if weights_variant(f.name) is None):
+    for file in sorted(f for f in (folder / denoiser).glob("*.safetensors") if weights_variant(f.name) is None):
         for name, shape in sorted(_header_shapes(file).items()):
             module = name[:-len(".weight")]
             if name.endswith(".weight") and len(shape) == 2 and module.endswith(LORA_TARGETS) and ".attn" in module:
                 out_features, in_features = shape
                 for part, shape in (("lora_A", (rank, in_features)), ("lora_B", (out_features, rank))):
-                    state[f"unet.{module}.{part}.weight"] = (rng.standard_normal(shape) * scale).astype(np.float32)
+                    state[f"{denoiser}.{module}.{part}.weight"] = (rng.standard_normal(shape) * scale).astype(np.float32)
     if not state:
-        raise UsageError(f"{str(folder)!r}: its unet/ has no attention projections ({', '.join(LORA_TARGETS)}) "
+        raise UsageError(f"{str(folder)!r}: its {denoiser}/ has no attention projections ({', '.join(LORA_TARGETS)}) "
                          "to adapt")
     save_file(state, str(path), metadata={"format": "pt"})
     return path
+
+
+#: The denoisers a LoRA file adapts, as each pipeline's ``load_lora_weights`` names them (its
+#: ``unet_name`` / ``transformer_name``): the key prefix and the folder's component.
+LORA_DENOISERS = ("unet", "transformer")
+
+
+def lora_denoiser(folder: Path) -> str:
+    """The component of ``folder`` a LoRA adapts: its ``unet`` or, where it has none, its ``transformer``."""
+    try:
+        index = json.loads((Path(folder) / "model_index.json").read_text())
+    except (OSError, ValueError):
+        raise UsageError(f"{str(folder)!r} has no readable model_index.json; give a diffusers folder") from None
+    for part in LORA_DENOISERS:
+        if isinstance(index.get(part), list) and index[part][0] is not None:
+            return part
+    raise UsageError(f"{str(folder)!r} ({index.get('_class_name')}) has neither of the denoisers a LoRA adapts "
+                     f"({', '.join(LORA_DENOISERS)})")
 
 
 def _header_shapes(file: Path) -> dict:
