@@ -222,3 +222,13 @@ def test_sdxl_single_files_that_cannot_load_right_are_one_line_errors(tiny_folde
         assert main(["compare", "--model", *model, "--prompt", "x", "--out", str(tmp_path / "out")]) == 2, model
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and message in err, err
+
+
+def test_a_flux_single_file_is_refused_naming_why(tiny_folder, tiny_sdxl_file, capsys, tmp_path):
+    """Both libraries have FluxPipeline.from_single_file, but their conversion splits single blocks
+    at FLUX.1's width (3072): no tiny Flux file can check the path, so it is refused, one line."""
+    assert main(["compare", "--model", tiny_sdxl_file[0], "--config", tiny_folder("flux"), "--prompt", "x",
+                 "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot load as FluxPipeline: both libraries' single-file conversion" in err
+    assert "FLUX.1's width 3072" in err and "single files load as StableDiffusionPipeline" in err, err

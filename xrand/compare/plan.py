@@ -232,7 +232,7 @@ def _check_single_file(settings: Settings, folder: ModelFolder, recipe: Recipe) 
     """A single file loads where the recipe takes its layout, as one pipeline (no component again)."""
     refusal = recipe.check_single_file(folder)
     if refusal:
-        accepted = [r.pipeline for r in RECIPES.values() if type(r).check_single_file is not Recipe.check_single_file]
+        accepted = [r.pipeline for r in RECIPES.values() if r.loads_single_file]
         raise UsageError(f"{folder.single_file!r} with --config {folder.path!r} (a {folder.pipeline} folder) cannot "
                          f"load as {recipe.pipeline}: {refusal}; single files load as {', '.join(accepted)}, with "
                          "--config a folder of the same architecture")

@@ -27,6 +27,8 @@ class StableDiffusionRecipe(ConditionalRecipe):
     takes_eta = True
     load_arguments = {"safety_checker": None, "feature_extractor": None, "requires_safety_checker": False}
 
+    loads_single_file = True
+
     def check_single_file(self, folder: Any) -> Optional[str]:
         """A single file of every component in the original layout, whose UNet takes the
         config's input channels at its width and cross-attends at its width (an SD 2 or SDXL
@@ -89,3 +91,4 @@ class StableDiffusionControlNetRecipe(StableDiffusionRecipe):
     required_inputs = ("prompt", "control_image")
     call_names = {**Recipe.call_names, "control_image": "image"}
     check_single_file = Recipe.check_single_file  # a Stable Diffusion file holds no ControlNet
+    loads_single_file = False

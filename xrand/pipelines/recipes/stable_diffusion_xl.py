@@ -31,6 +31,8 @@ class StableDiffusionXLRecipe(ConditionalRecipe):
     # the invisible watermark is applied only where its package is installed: off on both sides
     load_arguments = {"add_watermarker": False}
 
+    loads_single_file = True
+
     def check_single_file(self, folder: Any) -> Optional[str]:
         """A single file of every component in the original SDXL layout that fits the configs
         (as Stable Diffusion's), whose two text encoders are as wide as the configs' and of two
@@ -83,3 +85,4 @@ class StableDiffusionXLControlNetRecipe(StableDiffusionXLRecipe):
     required_inputs = ("prompt", "control_image")
     call_names = {**Recipe.call_names, "control_image": "image"}
     check_single_file = Recipe.check_single_file  # an SDXL file holds no ControlNet
+    loads_single_file = False
