@@ -157,7 +157,8 @@ def save_lora(folder: PathLike, path: PathLike, rank: int = 4, seed: int = 0, sc
             if name.endswith(".weight") and len(shape) == 2 and module.endswith(LORA_TARGETS) and ".attn" in module:
                 out_features, in_features = shape
                 for part, shape in (("lora_A", (rank, in_features)), ("lora_B", (out_features, rank))):
-                    state[f"{denoiser}.{module}.{part}.weight"] = (rng.standard_normal(shape) * scale).astype(np.float32)
+                    values = rng.standard_normal(shape) * scale
+                    state[f"{denoiser}.{module}.{part}.weight"] = values.astype(np.float32)
     if not state:
         raise UsageError(f"{str(folder)!r}: its {denoiser}/ has no attention projections ({', '.join(LORA_TARGETS)}) "
                          "to adapt")

@@ -46,7 +46,8 @@ class StableDiffusionXLRecipe(ConditionalRecipe):
         if refusal:
             return refusal
         shapes, widths = folder.file_shapes, []
-        for part, key in (("text_encoder", SDXL_TEXT_ENCODER_PREFIX + "text_model.embeddings.position_embedding.weight"),
+        position = "text_model.embeddings.position_embedding.weight"
+        for part, key in (("text_encoder", SDXL_TEXT_ENCODER_PREFIX + position),
                           ("text_encoder_2", SDXL_TEXT_ENCODER_2_PREFIX + "positional_embedding")):
             width = (shapes.get(key) or (None,))[-1]
             want = folder.config(part).get("hidden_size") if part in folder.components() else None
