@@ -40,8 +40,8 @@ OP_EPS_MULTIPLE = 100.0
 SAME = {"flash_attention_score": "scaled_dot_product_attention", "dense": "linear", "radd": "add", "iadd": "add",
         "rsub": "sub", "isub": "sub", "rmul": "mul", "imul": "mul", "truediv": "div", "rtruediv": "div",
         "itruediv": "div", "astype": "to", "float": "to", "half": "to", "type": "to", "swapaxes": "transpose",
-        "swapdims": "transpose", "view": "reshape", "bmm": "matmul", "sigmoid_linear_unit": "silu",
-        "rms_norm": "rms_norm", "normalize": "normalize"}
+        "swapdims": "transpose", "view": "reshape", "bmm": "matmul", "dropout_ext": "dropout",
+        "split_with_sizes": "split", "expand_dims": "unsqueeze"}
 
 
 def op_key(name: str) -> str:
@@ -266,6 +266,8 @@ def torch_ops(torch_module: Any, args: Sequence[Any], kwargs: Mapping[str, Any],
     recording = contextlib.ExitStack()
 
     def on_op(op_name, function, a, kw, out, params):
+        if not any(pt.is_tensor(v) for v in leaves(out)):  # a shape, a flag: not an operator's result
+            return
         ops.append({**_summary(pt, op_name, a, kw, out, params), "inputs": writer.encode(capture((list(a), dict(kw)))),
                     "outputs": writer.encode(arrays(capture(out)))})
 
@@ -344,6 +346,8 @@ def mindspore_ops(reader: RecordReader, meta: Mapping[str, Any], ms_cell: Any,
     recorded: List[_MsOp] = []
 
     def on_op(op_name, function, a, kw, out, params):
+        if not any(ms.is_tensor(v) for v in leaves(out)):
+            return
         recorded.append(_MsOp(_summary(ms, op_name, a, kw, out, params), function, a, kw, _values(ms, out)))
 
     with ms.operators_recorded(cell, on_op):

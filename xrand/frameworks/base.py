@@ -205,8 +205,8 @@ class Framework:
                 h.remove()
 
     def operators_recorded(self, module: Any, on_op: Callable[..., None]) -> contextlib.AbstractContextManager:
-        """Inside the block, each operator call made from Python (not those inside another one)
-        whose output holds a tensor: ``on_op(name, call, args, kwargs, output, params)``, ``name``
+        """Inside the block, each operator call made from Python (not those inside another one):
+        ``on_op(name, call, args, kwargs, output, params)``, ``name``
         as users write it (``F.linear``, ``Tensor.permute``, ``nn_ops.FlashAttentionScore``),
         ``call`` what runs it again on other inputs (``call(*args, **kwargs)``), ``params`` the
         settings it was made with (a primitive's; else empty). ``module``: the module about to run

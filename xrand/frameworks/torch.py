@@ -267,9 +267,7 @@ def _operators_recorded(on_op: Any) -> Iterator[None]:
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             out = func(*args, **kwargs)
-            if isinstance(out, torch.Tensor) or (isinstance(out, (tuple, list)) and
-                                                 any(isinstance(o, torch.Tensor) for o in out)):
-                on_op(operator_name(func), func, args, kwargs, out, {})
+            on_op(operator_name(func), func, args, kwargs, out, {})
             return out
 
     with Recorded():
