@@ -88,6 +88,25 @@ def test_the_unscaled_wan_vae_attention_is_the_first_operator_over_its_limit_in_
     assert all(r["rel_l2"] < 1e-6 for r in ops["rows"][:ops["first_over"]] if r["paired"])
     console = capsys.readouterr().out
     assert ("against MindSpore nn_ops.FlashAttentionScore(head_num=1, keep_prob=1.0, scale_value=1.0" in console)
+    assert "--layers --layers-step 0 --layers-component vae --ops --no-noise-floor" in report["reproduce"]
+    page_shows_the_table(os.path.join(out, "report.html"), "nn_ops.FlashAttentionScore")
+
+
+def page_shows_the_table(path, operator):
+    """report.html in a headless Chromium (where one is installed): the ops table with the first
+    operator over its limit flagged, no console error, no request."""
+    from browser import Chromium, find_chromium, open_page
+
+    chromium = find_chromium()
+    if chromium is None:
+        return
+    with Chromium(chromium) as browser:
+        page = open_page(browser, path, evaluate={
+            "flagged": "document.querySelector('#ops-table tr.culprit td:nth-child(4)').textContent",
+            "rows": "document.querySelectorAll('#ops-table tbody tr').length"})
+    assert page.console_errors == [] and [u for u in page.requests if u != page.url] == []
+    assert "Operator by operator" in page.text and page.values["rows"] > 10
+    assert page.values["flagged"].startswith(operator), page.values
 
 
 def test_mindones_flux_attention_runs_in_float16_under_a_float32_run(tiny_folder, tmp_path):

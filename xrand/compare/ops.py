@@ -153,9 +153,9 @@ class OpsReport:
             return head + "; every pair within its limit" + (
                 f" (the module's output {self.output_rel_l2:.3g})" if self.output_rel_l2 is not None else "")
         r = self.rows[i]
+        how = "fed torch's inputs" if r.how == "fed" else "the outputs as run"
         return (head + f"; the first over its limit: row {i + 1}, torch {describe(r.torch)} against MindSpore "
-                f"{describe(r.mindspore)}, relative L2 {r.rel_l2:.3g} > {r.limit:.3g} "
-                f"({'fed torch' + chr(39) + 's inputs' if r.how == 'fed' else 'the outputs as run'})")
+                f"{describe(r.mindspore)}, relative L2 {r.rel_l2:.3g} > {r.limit:.3g} ({how})")
 
     def table(self) -> List[str]:
         """The rows as console lines: torch's operator and dtypes beside MindSpore's, the error."""
