@@ -25,8 +25,8 @@ DUNDERS = ("__add__", "__radd__", "__iadd__", "__sub__", "__rsub__", "__isub__",
 #: Tensor methods that read values out or describe the tensor, not operators
 NOT_OPERATORS = {"asnumpy", "numpy", "item", "tolist", "dim", "size", "numel", "nelement", "has_init", "init_data",
                  "is_contiguous", "is_floating_point", "is_complex", "is_signed", "data_ptr", "storage_offset",
-                 "stride", "element_size", "ndimension", "set_dtype", "assign_value", "asnumpy_of_slice_persistent_data",
-                 "register_hook", "is_persistent_data", "is_init", "_offload", "__repr__", "__str__", "__format__"}
+                 "stride", "element_size", "ndimension", "set_dtype", "assign_value", "register_hook",
+                 "asnumpy_of_slice_persistent_data", "is_persistent_data", "is_init"}
 
 
 class _State:

@@ -260,7 +260,6 @@ def _operators_recorded(on_op: Any) -> Iterator[None]:
     """:meth:`.base.Framework.operators_recorded` by a torch function mode: it sees each call of a
     torch function or Tensor method; calls made inside one (``F.group_norm`` calling
     ``torch.group_norm``) run with the mode off, so only the outer one is recorded."""
-    import torch
     from torch.overrides import TorchFunctionMode
 
     class Recorded(TorchFunctionMode):
