@@ -259,14 +259,21 @@ def operator_name(func: Any) -> str:
 def _operators_recorded(on_op: Any) -> Iterator[None]:
     """:meth:`.base.Framework.operators_recorded` by a torch function mode: it sees each call of a
     torch function or Tensor method; calls made inside one (``F.group_norm`` calling
-    ``torch.group_norm``) run with the mode off, so only the outer one is recorded."""
+    ``torch.group_norm``) run with the mode off, so only the outer one is recorded. An in-place
+    method (``mul_``, ``__iadd__``) is given to ``on_op`` with its tensor as it was before."""
+    import torch
     from torch.overrides import TorchFunctionMode
 
     class Recorded(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
+            name = operator_name(func)
+            given = args
+            if name.startswith("Tensor.") and (name.endswith("_") and not name.endswith("__")
+                                               or name.startswith("Tensor.__i")):
+                given = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
             out = func(*args, **kwargs)
-            on_op(operator_name(func), func, args, kwargs, out, {})
+            on_op(name, func, given, kwargs, out, {})
             return out
 
     with Recorded():
