@@ -209,6 +209,15 @@ class Framework:
             for h in handles:
                 h.remove()
 
+    def operators_recorded(self, module: Any, on_op: Callable[..., None]) -> contextlib.AbstractContextManager:
+        """Inside the block, each operator call made from Python (not those inside another one):
+        ``on_op(name, call, args, kwargs, output, params)``, ``name``
+        as users write it (``F.linear``, ``Tensor.permute``, ``nn_ops.FlashAttentionScore``),
+        ``call`` what runs it again on other inputs (``call(*args, **kwargs)``), ``params`` the
+        settings it was made with (a primitive's; else empty). ``module``: the module about to run
+        (MindSpore records its own library's cells in it as operators). For ``--ops``."""
+        raise NotImplementedError
+
     def _eager(self) -> contextlib.AbstractContextManager:
         """Around the calls :meth:`hooked` sees."""
         raise NotImplementedError

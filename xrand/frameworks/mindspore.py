@@ -203,6 +203,11 @@ class MindSpore(Framework):
     def _eager(self):
         return mindspore_mode("pynative")
 
+    def operators_recorded(self, module, on_op):
+        from .mindspore_ops import operators_recorded
+
+        return operators_recorded(module, on_op)
+
     @contextlib.contextmanager
     def running(self, device, mode, identity=None):
         from ..backends.mindspore import use_device_target

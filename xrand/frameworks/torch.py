@@ -88,6 +88,9 @@ class Torch(Framework):
 
         return torch.no_grad()
 
+    def operators_recorded(self, module, on_op):
+        return _operators_recorded(on_op)
+
     def pipeline_device(self, pipe):
         return pipe.device
 
@@ -240,3 +243,42 @@ def widened_torch() -> Iterator[None]:
             yield
     finally:
         torch.set_default_dtype(previous)
+
+
+#: where torch's functions live -> how ``--ops`` names them
+_NAMESPACES = {"torch": "torch.", "torch.nn.functional": "F.", "torch._C._nn": "F.", "torch._C._fft": "fft.",
+               "torch._C._linalg": "linalg."}
+
+
+def operator_name(func: Any) -> str:
+    """A torch function as users write it: ``F.linear``, ``torch.cat``, ``Tensor.permute``."""
+    name = getattr(func, "__name__", type(func).__name__)
+    qualified = getattr(func, "__qualname__", "") or ""
+    if qualified.startswith(("TensorBase.", "Tensor.")):
+        return "Tensor." + name
+    return _NAMESPACES.get(getattr(func, "__module__", None) or "", "") + name
+
+
+@contextlib.contextmanager
+def _operators_recorded(on_op: Any) -> Iterator[None]:
+    """:meth:`.base.Framework.operators_recorded` by a torch function mode: it sees each call of a
+    torch function or Tensor method; calls made inside one (``F.group_norm`` calling
+    ``torch.group_norm``) run with the mode off, so only the outer one is recorded. An in-place
+    method (``mul_``, ``__iadd__``) is given to ``on_op`` with its tensor as it was before."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    class Recorded(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            name = operator_name(func)
+            given = args
+            if name.startswith("Tensor.") and (name.endswith("_") and not name.endswith("__")
+                                               or name.startswith("Tensor.__i")):
+                given = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
+            out = func(*args, **kwargs)
+            on_op(name, func, given, kwargs, out, {})
+            return out
+
+    with Recorded():
+        yield
