@@ -61,6 +61,10 @@ def test_the_tiny_wan_video_is_parted_by_mindones_vae_decode_with_the_latents_ag
     assert f"layers in the VAE decode: MindSpore parts from torch at {culprit} (WanAttentionBlock)" in console
     html = open(os.path.join(out, "report.html")).read()
     assert "the VAE decode parts them" in html and '<tr class="flagged"><td>VAE decode</td>' in html
+    # the page and layers.csv say which call the modules are of, not a step of the denoiser
+    assert "Layers in the VAE decode: " in html and "Module by module, in the VAE decode</h2>" in html
+    assert "step None" not in html and "(denoiser)" not in html and "(vae)" in html
+    assert open(os.path.join(out, "layers.csv")).read().splitlines()[1].startswith("(vae),(vae),")
 
 
 def test_the_first_component_over_its_limit_is_named_and_the_ones_after_it_are_not():

@@ -171,9 +171,12 @@ def _compare_in_stages(args, out_dir: str) -> int:
     # report.json's "reproduce", every path absolute (from a folder's manifest alone: what it says)
     reproduce = plan_command(store.plan, noise_floor=store.asks.noise_floor) if store.plan is not None else None
 
+    written = {}  # the report of the last stage run, which is the finished comparison's
+
     def on_stage(outcome):  # each stage's report as soon as it exists
+        written.clear()
         if outcome.comparison is not None:
-            write_report(outcome.comparison, out_dir, reproduce)
+            written.update(write_report(outcome.comparison, out_dir, reproduce))
         left = [s for s in outcome.missing if s in here]
         if left:
             _say(args, f"xrand: {', '.join(outcome.done)} kept in {out_dir}/; next: {', '.join(left)}")
@@ -193,7 +196,7 @@ def _compare_in_stages(args, out_dir: str) -> int:
               "(run the same command to finish)", file=sys.stderr)
         return 130
     comparison = outcome.comparison
-    paths = write_report(comparison, out_dir, reproduce) if comparison is not None else {}
+    paths = written or (write_report(comparison, out_dir, reproduce) if comparison is not None else {})
     if outcome.missing:
         return _incomplete(args, outcome, out_dir, store.manifest["plan"])
     return _finish(args, comparison.passed, comparison.summary_lines(), "report and pictures", out_dir, paths)

@@ -30,6 +30,20 @@ def call_name(component: str) -> str:
     return CALLS.get(component, f"{component}'s call")
 
 
+def where(component: str, step: Optional[int], timestep: Optional[float]) -> str:
+    """Which call ``--layers`` looked into, as its lines and pages say it: "at step 1 (timestep
+    999)", "in the VAE decode", "in controlnet's call at step 0 (timestep 999)"."""
+    at = f"at step {step} (timestep {timestep:g})" if step is not None else "in one call"
+    if component == DENOISER:
+        return at
+    return f"in {call_name(component)}" + (f" {at}" if step is not None else "")
+
+
+def root_label(component: str) -> str:
+    """How the looked-at call itself (the module named "") is named in tables and pictures."""
+    return "(denoiser)" if component == DENOISER else f"({component})"
+
+
 @contextlib.contextmanager
 def recorded(fw: Any, pipe: Any, component: Optional[str], recording: Optional[Recording], step: int = 0
              ) -> Iterator[None]:

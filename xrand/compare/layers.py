@@ -34,7 +34,7 @@ from ..frameworks import framework
 from ..frameworks.torch import widened
 from ..registry import backend
 from .boundary import as_call, call_signature
-from .component_call import DENOISER, METHODS, PER_STEP, call_name, entry
+from .component_call import DENOISER, METHODS, PER_STEP, entry, root_label, where
 from .metrics import Errors, module_metrics
 from .nonfinite import nonfinite_count
 from .records import RecordReader, RecordWriter
@@ -144,25 +144,23 @@ class LayerReport:
         """The console's lines: the culprit (the first call over its limit whose submodules stay
         within), how many calls are over, and the worst of them. ``passed``: the comparison's
         verdict; where it passed, the culprit is where its within-tolerance difference starts."""
-        where = f"at step {self.step} (timestep {self.timestep:g})" if self.step is not None else "in one call"
-        if self.component != DENOISER:
-            where = f"in {call_name(self.component)}" + (f" {where}" if self.step is not None else "")
+        at, root = where(self.component, self.step, self.timestep), root_label(self.component)
         if self.culprit is None:
             largest = max((m for m in self.modules if m.local_rel_l2 is not None), key=lambda m: m.local_rel_l2,
                           default=None)
-            tail = (f"; largest local error {largest.local_rel_l2:.3g} in {largest.label or '(denoiser)'}"
+            tail = (f"; largest local error {largest.local_rel_l2:.3g} in {largest.label or root}"
                     if largest else "")
-            return f"layers {where}: no culprit, every one of {len(self.modules)} module calls within its limit{tail}"
+            return f"layers {at}: no culprit, every one of {len(self.modules)} module calls within its limit{tail}"
         m = next(m for m in self.modules if m.label == self.culprit)
         why = (f" ({LAYER_FLOOR_MULTIPLE:g}x torch's own {self.dtype}-vs-float64 error there)"
                if m.limit > self.threshold else "")
-        at = (f"the run passes: its difference from torch, within tolerance, starts at {self.culprit}" if passed else
-              f"MindSpore parts from torch at {self.culprit}")
-        line = (f"layers {where}: {at} ({m.type}), local relative L2 {m.local_rel_l2:.3g} > {m.limit:.3g}{why}, "
+        parts = (f"the run passes: its difference from torch, within tolerance, starts at {self.culprit}" if passed
+                 else f"MindSpore parts from torch at {self.culprit}")
+        line = (f"layers {at}: {parts} ({m.type}), local relative L2 {m.local_rel_l2:.3g} > {m.limit:.3g}{why}, "
                 f"its submodules within")
         over, worst = self.over, self.worst
         if len(over) > 1:
-            line += (f"\nlayers: {len(over)} module calls over their limits; the worst {worst.label or '(denoiser)'} "
+            line += (f"\nlayers: {len(over)} module calls over their limits; the worst {worst.label or root} "
                      f"({worst.type}), local relative L2 {worst.local_rel_l2:.3g} = {worst.local_rel_l2 / worst.limit:.3g}"
                      f"x its limit {worst.limit:.3g}; all of them in report.json, layers.csv and report.html")
         return line

@@ -19,6 +19,7 @@ import io
 import math
 from typing import Any, Dict, List
 
+from ..compare.component_call import DENOISER, root_label
 from ..files import atomic_path
 
 #: msprobe's names (CompareConst), in msprobe's order.
@@ -76,7 +77,7 @@ def layers_csv(layers: Dict[str, Any]) -> str:
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(COLUMNS)
     for m in layers.get("modules") or []:
-        label = (m["name"] or "(denoiser)") + (f"#{m['call']}" if m.get("call") else "")
+        label = (m["name"] or root_label(layers.get("component", DENOISER))) + (f"#{m['call']}" if m.get("call") else "")
         absent = [key for key in METRIC_KEYS.values() if key not in m]
         limit = limit_of(m, layers)
         local = None if m.get("local_rel_l2") is None else float(m["local_rel_l2"])  # "nan": json_safe's NaN

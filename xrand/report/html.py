@@ -38,6 +38,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence
 import jinja2
 import markupsafe
 
+from ..compare.component_call import DENOISER, root_label, where
 from ..files import atomic_path
 from .command import compare_command, matrix_command, sweep_command
 from .csv import limit_of
@@ -106,18 +107,19 @@ def _pictures(pictures: Pictures) -> Dict[str, str]:
 def layer_rows(layers: Mapping[str, Any]) -> Dict[str, Any]:
     """The layers table: each module call with its limit, how far over it is (local / limit) and
     whether it is flagged; the first and the worst flagged call (worst: largest local / limit)."""
-    rows = []
+    rows, component = [], layers.get("component", DENOISER)
     for i, m in enumerate(layers.get("modules") or []):
         limit = limit_of(m, layers)
         local = m.get("local_rel_l2")
         ratio = local / limit if isinstance(local, (int, float)) and limit > 0 else None
-        label = (m["name"] or "(denoiser)") + (f"#{m['call']}" if m.get("call") else "")
+        label = (m["name"] or root_label(component)) + (f"#{m['call']}" if m.get("call") else "")
         rows.append(dict(m, index=i, label=label, limit=limit, ratio=ratio,
                          over=bool(isinstance(local, (int, float)) and local > limit),
                          culprit=(m["name"] + (f"#{m['call']}" if m.get("call") else "")) == layers.get("culprit")))
     flagged = [r for r in rows if r["over"]]
     return {"rows": rows, "flagged": flagged, "first": flagged[0] if flagged else None,
-            "worst": max(flagged, key=lambda r: r["ratio"]) if flagged else None}
+            "worst": max(flagged, key=lambda r: r["ratio"]) if flagged else None,
+            "where": where(component, layers.get("step"), layers.get("timestep"))}
 
 
 def op_rows(ops: Mapping[str, Any]) -> Dict[str, Any]:

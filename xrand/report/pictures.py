@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from ..compare.component_call import root_label, where
 from ..files import pyplot
 
 
@@ -164,16 +165,19 @@ def plot_layers(layers: Any, path: str) -> None:
     if culprit is not None:
         ax.axvline(culprit, color="red", lw=1.2, label=f"culprit: {layers.culprit} (at x = {culprit})")
     band.finish(ax)
-    candidates = [i for i, r in enumerate(rows) if r.call == 0 and (
-        "." not in r.name or (r.name.count(".") == 1 and r.name.split(".")[1].isdigit()))]
+    # ticks at the top modules (down_blocks.0, mid_block), one level deeper where they are few (a
+    # VAE's decode: decoder.conv_in, decoder.mid_block); a component's names start with its own
+    depth = [sum(not part.isdigit() for part in r.name.removeprefix(f"{layers.component}.").split(".")) if r.name
+             else 0 for r in rows]
+    top = 1 if sum(d == 1 for d in depth) >= 4 else 2
+    candidates = [i for i, (r, d) in enumerate(zip(rows, depth)) if r.call == 0 and d <= top]
     px_per_call = (width - 3.5) * 100 / max(len(rows), 1)
     labelled = spaced_ticks(candidates, 13 / px_per_call)
-    ax.set_xticks(labelled, [rows[i].name or "(denoiser)" for i in labelled], rotation=90, fontsize=7)
+    ax.set_xticks(labelled, [rows[i].name or root_label(layers.component) for i in labelled], rotation=90, fontsize=7)
     ax.set_xticks(candidates, minor=True)
     ax.set_xlim(-1, len(rows))
     ax.set_ylabel("relative L2")
-    step = f"step {layers.step}, timestep {layers.timestep:g}" if layers.step is not None else "one call"
-    ax.set_title(f"module calls in execution order ({step})")
+    ax.set_title(f"module calls in execution order, {where(layers.component, layers.step, layers.timestep)}")
     legend_outside(ax, fontsize=8)
     fig.savefig(path, format="png", dpi=100)
     plt.close(fig)
