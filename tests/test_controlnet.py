@@ -35,6 +35,11 @@ VARIANTS = {
     "sdxl-inpaint": ("sdxl", "StableDiffusionXLControlNetInpaintPipeline", ("image", "mask")),
     "flux-img2img": ("flux", "FluxControlNetImg2ImgPipeline", ("image",)),
     "flux-inpaint": ("flux", "FluxControlNetInpaintPipeline", ("image", "mask")),
+    # perturbed-attention guidance at its default pag_scale 3
+    "sd-pag": ("sd", "StableDiffusionControlNetPAGPipeline", ()),
+    "sd-pag-inpaint": ("sd", "StableDiffusionControlNetPAGInpaintPipeline", ("image", "mask")),
+    "sdxl-pag": ("sdxl", "StableDiffusionXLControlNetPAGPipeline", ()),
+    "sdxl-pag-img2img": ("sdxl", "StableDiffusionXLControlNetPAGImg2ImgPipeline", ("image",)),
 }
 
 
@@ -67,7 +72,8 @@ def settings(folders, control, family, **override):
     pipeline, files = None, ()
     if family in VARIANTS:
         family, pipeline, files = VARIANTS[family]
-        override = {"steps": 4, "strength": 0.5, "pipeline": pipeline, **{n: control[n] for n in files}, **override}
+        strength = {"steps": 4, "strength": 0.5} if files else {}
+        override = {**strength, "pipeline": pipeline, **{n: control[n] for n in files}, **override}
     call = dict(TINY_MODELS[FAMILIES[family][0]].call)
     size = {k: call.pop(k) for k in ("height", "width")}
     values = {"steps": 2, **size, "call_options": call, "control_image": control["square"], **override}

@@ -91,6 +91,21 @@ FAMILIES = {
     "pixart-pag": ("pixart", "PixArtSigmaPAGPipeline", dict(TINY_TEXT, call_options={
         "max_sequence_length": 32, "use_resolution_binning": False}), (), "pynative", "Tensor.repeat_interleave"),
     "sd3-pag": ("sd3", "StableDiffusion3PAGPipeline", TINY_TEXT, (), "pynative", CHUNK),
+    "sd-pag-img2img": ("sd", "StableDiffusionPAGImg2ImgPipeline", dict(steps=4, strength=0.5), ("image",), "graph",
+                       None),
+    "sd-pag-inpaint": ("sd-inpaint", "StableDiffusionPAGInpaintPipeline", dict(steps=4, strength=0.5, height=32,
+                                                                               width=32), ("image", "mask"), "graph",
+                       None),
+    "sdxl-pag-img2img": ("sdxl", "StableDiffusionXLPAGImg2ImgPipeline", dict(steps=4, strength=0.5), ("image",),
+                         "graph", None),
+    "sdxl-pag-inpaint": ("sdxl", "StableDiffusionXLPAGInpaintPipeline", dict(steps=4, strength=0.5, height=32,
+                                                                             width=32), ("image", "mask"), "graph",
+                         None),
+    "sd3-pag-img2img": ("sd3", "StableDiffusion3PAGImg2ImgPipeline", dict(TINY_TEXT, steps=4, strength=0.5),
+                        ("image",), "pynative", CHUNK),
+    # self-attention guidance (sag_scale 0.75 by default); a panorama of one view at this size
+    "sd-sag": ("sd", "StableDiffusionSAGPipeline", dict(height=32, width=32), (), "graph", None),
+    "sd-panorama": ("sd", "StableDiffusionPanoramaPipeline", dict(height=32, width=32), (), "graph", None),
 }
 
 
@@ -139,7 +154,7 @@ def assert_layers_ran(c, step):
     assert len(c.layers.modules) > 10 and not c.layers.unmatched["torch"] and not c.layers.unmatched["mindspore"]
 
 
-@pytest.mark.parametrize("family", [f for f in FAMILIES if f != "wan"])
+@pytest.mark.parametrize("family", [f for f in FAMILIES if f not in ("wan", "sd3-img2img", "sd3-pag-img2img")])
 def test_each_family_agrees_end_to_end_in_lockstep_and_module_by_module(pairs, folders, files, family):
     """PyNative here (graph mode only adds compile time to a test; the next test runs SDXL's graphs).
     ``--layers`` at the last denoiser call: its count must not need the mu that Flux's and LTX's
@@ -158,6 +173,58 @@ def test_each_family_agrees_end_to_end_in_lockstep_and_module_by_module(pairs, f
     assert all(r["sample"]["rel_l2"] < 1e-4 for r in c.local_steps), c.local_steps
     other = run(pairs(family).torch, plan.cell(seed=2))  # the check can fail: another seed is far
     assert np.linalg.norm(other.images - c.images["a"]) / np.linalg.norm(c.images["a"]) > 5e-3
+
+
+#: SD3 image-to-image pipeline -> mindone 0.5.0's module of it
+SD3_IMG2IMG = {"StableDiffusion3Img2ImgPipeline": "stable_diffusion_3.pipeline_stable_diffusion_3_img2img",
+               "StableDiffusion3PAGImg2ImgPipeline": "pag.pipeline_pag_sd_3_img2img"}
+
+
+def give_mindones_sd3_img2img_vae_sample_the_generator(monkeypatch, name):
+    """mindone 0.5.0's SD3 image-to-image ``prepare_latents`` (pipeline ``name``) with the
+    generator handed to the VAE's sample, as diffusers hands it, for the rest of the test."""
+    import importlib
+
+    module = importlib.import_module("mindone.diffusers.pipelines." + SD3_IMG2IMG[name])
+    pipeline, given = getattr(module, name), []
+    prepare = pipeline.prepare_latents
+
+    def prepare_latents(self, image, timestep, batch_size, num_images_per_prompt, dtype, generator=None):
+        given.append(generator)
+        return prepare(self, image, timestep, batch_size, num_images_per_prompt, dtype, generator)
+
+    def retrieve_latents(vae, encoder_output, sample_mode="sample"):
+        assert sample_mode == "sample"
+        return vae.diag_gauss_dist.sample(encoder_output, generator=given[-1])
+
+    monkeypatch.setattr(pipeline, "prepare_latents", prepare_latents)
+    monkeypatch.setattr(module, "retrieve_latents", retrieve_latents)
+
+
+@pytest.mark.parametrize("family", ["sd3-img2img", "sd3-pag-img2img"])
+def test_sd3_img2img_differs_by_mindones_vae_sample_without_the_generator(pairs, folders, files, monkeypatch,
+                                                                           family):
+    """diffusers' SD3 image-to-image pipelines draw the image's VAE sample and then the noise from
+    the generator; mindone 0.5.0's draw only the noise from it (their VAE sample takes none,
+    prepare_latents), so their noise is torch's VAE sample's draw and the start latents part,
+    while every step agrees; given the generator, the sides agree."""
+    plan = make_plan(settings(folders, files, family), lockstep=True, mindspore_mode="pynative")
+    c = compare_loaded(pairs(family), plan)
+    assert not c.passed and c.initial_noise["rel_l2"] > 0.5, c.verdict()
+    assert all(r["sample"]["rel_l2"] < 1e-4 for r in c.local_steps), c.local_steps  # the steps agree
+    assert "known cause: mindone's SD3 image-to-image pipelines sample the input image's VAE latents without " \
+           "the generator" in c.summary_lines()[1]
+    drawn = {}
+    for loaded in pairs(family).sides():
+        generator = Recorder(plan.settings.seed)
+        run(loaded, plan, generator=generator)
+        drawn[loaded.framework] = [shape for shape, _, _ in generator.draws]
+    assert drawn == {"torch": [(1, 16, 16, 16)] * 2, "mindspore": [(1, 16, 16, 16)]}
+
+    give_mindones_sd3_img2img_vae_sample_the_generator(monkeypatch, plan.pipeline)
+    c = compare_loaded(pairs(family), plan)
+    assert c.passed and c.final["rel_l2"] < 1e-4 and c.initial_noise["rel_l2"] < 1e-5, c.verdict()
+    assert all(r["sample"]["rel_l2"] < 1e-4 for r in c.local_steps), c.local_steps
 
 
 def test_sdxl_in_graph_mode_gives_pynatives_bits(pairs, folders, files):

@@ -53,4 +53,18 @@ def derived_recipes() -> Tuple[Recipe, ...]:
         derived_recipe("StableDiffusionXLPAGPipeline", StableDiffusionXLRecipe),
         derived_recipe("PixArtSigmaPAGPipeline", PixArtSigmaRecipe),
         derived_recipe("StableDiffusion3PAGPipeline", StableDiffusion3Recipe),
+        derived_recipe("StableDiffusionPAGImg2ImgPipeline", StableDiffusionRecipe),
+        derived_recipe("StableDiffusionPAGInpaintPipeline", StableDiffusionRecipe),
+        derived_recipe("StableDiffusionXLPAGImg2ImgPipeline", StableDiffusionXLRecipe),
+        derived_recipe("StableDiffusionXLPAGInpaintPipeline", StableDiffusionXLRecipe),
+        derived_recipe("StableDiffusion3PAGImg2ImgPipeline", StableDiffusion3Recipe),
+        derived_recipe("StableDiffusionControlNetPAGPipeline", StableDiffusionControlNetRecipe, size_multiple=8),
+        derived_recipe("StableDiffusionControlNetPAGInpaintPipeline", StableDiffusionControlNetRecipe),
+        derived_recipe("StableDiffusionXLControlNetPAGPipeline", StableDiffusionXLControlNetRecipe, size_multiple=8),
+        derived_recipe("StableDiffusionXLControlNetPAGImg2ImgPipeline", StableDiffusionXLControlNetRecipe,
+                       size_multiple=8),
+        derived_recipe("SanaPAGPipeline", pynative_only=GEMMA2_GRAPH),
+        # Stable Diffusion's components with self-attention guidance / a panorama of views
+        derived_recipe("StableDiffusionSAGPipeline", StableDiffusionRecipe),
+        derived_recipe("StableDiffusionPanoramaPipeline", StableDiffusionRecipe),
     )
