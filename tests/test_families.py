@@ -35,12 +35,12 @@ CHUNK = "Tensor.chunk"  # why the flow transformers run PyNative (recipes/stable
 def folders(tmp_path_factory):
     root = tmp_path_factory.mktemp("families")
     return {name: str(build_tiny(name, root / name)) for name in ("sd", "sd-inpaint", "sdxl", "sd3", "flux", "pixart",
-                                                                    "wan", "ltx")}
+                                                                    "wan", "ltx", "flux-fill", "flux-control")}
 
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
-    """A 32x32 input image and a mask (white: repaint), as PNG files."""
+    """A 32x32 input image, a mask (white: repaint) and a control image, as PNG files."""
     from PIL import Image
 
     root = tmp_path_factory.mktemp("inputs")
@@ -49,7 +49,9 @@ def files(tmp_path_factory):
     mask[8:24, 8:24] = 255
     Image.fromarray(pixels).save(root / "image.png")
     Image.fromarray(mask).save(root / "mask.png")
-    return {"image": str(root / "image.png"), "mask": str(root / "mask.png")}
+    Image.fromarray(np.repeat(mask[..., None], 3, axis=2)).save(root / "control.png")  # a white square
+    return {"image": str(root / "image.png"), "mask": str(root / "mask.png"),
+            "control_image": str(root / "control.png")}
 
 
 # family -> (tiny folder, pipeline (None: the folder's), settings, input files, MindSpore's mode, why not graph)
@@ -106,6 +108,13 @@ FAMILIES = {
     # self-attention guidance (sag_scale 0.75 by default); a panorama of one view at this size
     "sd-sag": ("sd", "StableDiffusionSAGPipeline", dict(height=32, width=32), (), "graph", None),
     "sd-panorama": ("sd", "StableDiffusionPanoramaPipeline", dict(height=32, width=32), (), "graph", None),
+    # Flux with a wider transformer input: the masked image and its mask / the control image's latents
+    "flux-fill": ("flux-fill", None, TINY_TEXT, ("image", "mask"), "pynative", CHUNK),
+    "flux-control": ("flux-control", None, TINY_TEXT, ("control_image",), "pynative", CHUNK),
+    "flux-control-img2img": ("flux-control", "FluxControlImg2ImgPipeline", dict(TINY_TEXT, steps=4, strength=0.5),
+                             ("image", "control_image"), "pynative", CHUNK),
+    "flux-control-inpaint": ("flux-control", "FluxControlInpaintPipeline", dict(TINY_TEXT, steps=4, strength=0.5),
+                             ("image", "mask", "control_image"), "pynative", CHUNK),
 }
 
 

@@ -23,6 +23,7 @@ PROMPT = "a red circle on a blue square"
 # family -> (tiny folder, pipeline (None: the folder's), settings beyond the prompt)
 FAMILIES = {
     "sana": ("sana", None, {}),
+    "sana-pag": ("sana", "SanaPAGPipeline", {}),  # perturbed-attention guidance at its default pag_scale 3
     "lumina2": ("lumina2", None, {}),
     "cogview4": ("cogview4", None, {}),
     "chroma": ("chroma", None, {}),

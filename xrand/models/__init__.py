@@ -41,6 +41,10 @@ TINY_MODELS: Dict[str, TinyModel] = {
     "sdxl": TinyModel(tiny_sdxl.build, ("StableDiffusionXLPipeline",), tiny_sdxl.CALL),
     "sd3": TinyModel(tiny_sd3.build, ("StableDiffusion3Pipeline",), tiny_sd3.CALL),
     "flux": TinyModel(tiny_flux.build, ("FluxPipeline",), tiny_flux.CALL),
+    # Flux's tiny folder with a wider transformer input: the masked image and mask / the control image
+    "flux-fill": TinyModel(tiny_flux.build_fill, ("FluxFillPipeline",), tiny_flux.CALL),
+    "flux-control": TinyModel(tiny_flux.build_control, ("FluxControlPipeline", "FluxControlImg2ImgPipeline",
+                                                        "FluxControlInpaintPipeline"), tiny_flux.CALL),
     "pixart": TinyModel(tiny_pixart.build, ("PixArtSigmaPipeline",), tiny_pixart.CALL),
     "wan": TinyModel(tiny_wan.build, ("WanPipeline",), tiny_wan.CALL),
     "ltx": TinyModel(tiny_ltx.build, ("LTXPipeline",), tiny_ltx.CALL),

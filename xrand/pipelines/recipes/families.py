@@ -67,4 +67,11 @@ def derived_recipes() -> Tuple[Recipe, ...]:
         # Stable Diffusion's components with self-attention guidance / a panorama of views
         derived_recipe("StableDiffusionSAGPipeline", StableDiffusionRecipe),
         derived_recipe("StableDiffusionPanoramaPipeline", StableDiffusionRecipe),
+        # Flux with a wider transformer input (tiny folders flux-fill, flux-control): their calls
+        # give image, mask and control_image defaults of None, but cannot run without them
+        derived_recipe("FluxFillPipeline", FluxRecipe, required_inputs=("prompt", "image", "mask")),
+        derived_recipe("FluxControlPipeline", FluxRecipe, required_inputs=("prompt", "control_image")),
+        derived_recipe("FluxControlImg2ImgPipeline", FluxRecipe, required_inputs=("prompt", "image", "control_image")),
+        derived_recipe("FluxControlInpaintPipeline", FluxRecipe,
+                       required_inputs=("prompt", "image", "mask", "control_image")),
     )
