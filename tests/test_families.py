@@ -35,7 +35,8 @@ CHUNK = "Tensor.chunk"  # why the flow transformers run PyNative (recipes/stable
 def folders(tmp_path_factory):
     root = tmp_path_factory.mktemp("families")
     return {name: str(build_tiny(name, root / name)) for name in ("sd", "sd-inpaint", "sdxl", "sd3", "flux", "pixart",
-                                                                    "wan", "ltx", "flux-fill", "flux-control")}
+                                                                    "wan", "ltx", "flux-fill", "flux-control",
+                                                                    "sd-pix2pix", "sd-lcm")}
 
 
 @pytest.fixture(scope="module")
@@ -115,6 +116,13 @@ FAMILIES = {
                              ("image", "control_image"), "pynative", CHUNK),
     "flux-control-inpaint": ("flux-control", "FluxControlInpaintPipeline", dict(TINY_TEXT, steps=4, strength=0.5),
                              ("image", "mask", "control_image"), "pynative", CHUNK),
+    "flux-kontext-inpaint": ("flux", "FluxKontextInpaintPipeline", dict(TINY_TEXT, call_options={
+        "max_sequence_length": 32, "_auto_resize": False, "max_area": 32 * 32}), ("image", "mask"), "pynative", CHUNK),
+    # latent consistency: LCMScheduler, which draws noise at every step but the last
+    "sd-lcm": ("sd-lcm", None, dict(height=32, width=32), (), "graph", None),
+    "sd-lcm-img2img": ("sd-lcm", "LatentConsistencyModelImg2ImgPipeline", dict(steps=4, strength=0.5), ("image",),
+                       "graph", None),
+    "sd-pix2pix": ("sd-pix2pix", None, {}, ("image",), "graph", None),
 }
 
 

@@ -38,6 +38,10 @@ TINY_MODELS: Dict[str, TinyModel] = {
     "sd": TinyModel(tiny_sd.build_tiny_sd, ("StableDiffusionPipeline", "StableDiffusionImg2ImgPipeline"),
                     tiny_sd.CALL),
     "sd-inpaint": TinyModel(tiny_sd.build_inpaint, ("StableDiffusionInpaintPipeline",), tiny_sd.CALL),
+    # its call takes no size: the input image's
+    "sd-pix2pix": TinyModel(tiny_sd.build_pix2pix, ("StableDiffusionInstructPix2PixPipeline",)),
+    "sd-lcm": TinyModel(tiny_sd.build_lcm, ("LatentConsistencyModelPipeline", "LatentConsistencyModelImg2ImgPipeline"),
+                        tiny_sd.CALL),
     "sdxl": TinyModel(tiny_sdxl.build, ("StableDiffusionXLPipeline",), tiny_sdxl.CALL),
     "sd3": TinyModel(tiny_sd3.build, ("StableDiffusion3Pipeline",), tiny_sd3.CALL),
     "flux": TinyModel(tiny_flux.build, ("FluxPipeline",), tiny_flux.CALL),
@@ -51,6 +55,7 @@ TINY_MODELS: Dict[str, TinyModel] = {
     "sana": TinyModel(tiny_sana.build, ("SanaPipeline",), tiny_sana.CALL),
     "lumina2": TinyModel(tiny_lumina2.build, ("Lumina2Pipeline",), tiny_lumina2.CALL),
     "cogview4": TinyModel(tiny_cogview4.build, ("CogView4Pipeline",), tiny_cogview4.CALL),
+    "cogview4-control": TinyModel(tiny_cogview4.build_control, ("CogView4ControlPipeline",), tiny_cogview4.CALL),
     "chroma": TinyModel(tiny_chroma.build, ("ChromaPipeline", "ChromaImg2ImgPipeline"), tiny_chroma.CALL),
     # each takes a 32x32 control image too (--control-image; the call's image, Flux's control_image)
     "sd-controlnet": TinyModel(tiny_controlnet.build_sd, ("StableDiffusionControlNetPipeline",),

@@ -74,4 +74,13 @@ def derived_recipes() -> Tuple[Recipe, ...]:
         derived_recipe("FluxControlImg2ImgPipeline", FluxRecipe, required_inputs=("prompt", "image", "control_image")),
         derived_recipe("FluxControlInpaintPipeline", FluxRecipe,
                        required_inputs=("prompt", "image", "mask", "control_image")),
+        derived_recipe("FluxKontextInpaintPipeline", FluxRecipe),
+        derived_recipe("CogView4ControlPipeline", pynative_only=CHUNK_ON_CPU,
+                       required_inputs=("prompt", "control_image")),
+        # latent consistency: their own call runs only LCMScheduler (it never scales the model input)
+        derived_recipe("LatentConsistencyModelPipeline", StableDiffusionRecipe),
+        derived_recipe("LatentConsistencyModelImg2ImgPipeline", StableDiffusionRecipe),
+        # an 8-channel UNet (tiny folder sd-pix2pix): the input image's latents beside the sample's
+        derived_recipe("StableDiffusionInstructPix2PixPipeline", StableDiffusionRecipe,
+                       required_inputs=("prompt", "image")),
     )
