@@ -38,24 +38,15 @@ TINY_MODELS: Dict[str, TinyModel] = {
     "sd": TinyModel(tiny_sd.build_tiny_sd, ("StableDiffusionPipeline", "StableDiffusionImg2ImgPipeline"),
                     tiny_sd.CALL),
     "sd-inpaint": TinyModel(tiny_sd.build_inpaint, ("StableDiffusionInpaintPipeline",), tiny_sd.CALL),
-    # its call takes no size: the input image's
-    "sd-pix2pix": TinyModel(tiny_sd.build_pix2pix, ("StableDiffusionInstructPix2PixPipeline",)),
-    "sd-lcm": TinyModel(tiny_sd.build_lcm, ("LatentConsistencyModelPipeline", "LatentConsistencyModelImg2ImgPipeline"),
-                        tiny_sd.CALL),
     "sdxl": TinyModel(tiny_sdxl.build, ("StableDiffusionXLPipeline",), tiny_sdxl.CALL),
     "sd3": TinyModel(tiny_sd3.build, ("StableDiffusion3Pipeline",), tiny_sd3.CALL),
     "flux": TinyModel(tiny_flux.build, ("FluxPipeline",), tiny_flux.CALL),
-    # Flux's tiny folder with a wider transformer input: the masked image and mask / the control image
-    "flux-fill": TinyModel(tiny_flux.build_fill, ("FluxFillPipeline",), tiny_flux.CALL),
-    "flux-control": TinyModel(tiny_flux.build_control, ("FluxControlPipeline", "FluxControlImg2ImgPipeline",
-                                                        "FluxControlInpaintPipeline"), tiny_flux.CALL),
     "pixart": TinyModel(tiny_pixart.build, ("PixArtSigmaPipeline",), tiny_pixart.CALL),
     "wan": TinyModel(tiny_wan.build, ("WanPipeline",), tiny_wan.CALL),
     "ltx": TinyModel(tiny_ltx.build, ("LTXPipeline",), tiny_ltx.CALL),
     "sana": TinyModel(tiny_sana.build, ("SanaPipeline",), tiny_sana.CALL),
     "lumina2": TinyModel(tiny_lumina2.build, ("Lumina2Pipeline",), tiny_lumina2.CALL),
     "cogview4": TinyModel(tiny_cogview4.build, ("CogView4Pipeline",), tiny_cogview4.CALL),
-    "cogview4-control": TinyModel(tiny_cogview4.build_control, ("CogView4ControlPipeline",), tiny_cogview4.CALL),
     "chroma": TinyModel(tiny_chroma.build, ("ChromaPipeline", "ChromaImg2ImgPipeline"), tiny_chroma.CALL),
     # each takes a 32x32 control image too (--control-image; the call's image, Flux's control_image)
     "sd-controlnet": TinyModel(tiny_controlnet.build_sd, ("StableDiffusionControlNetPipeline",),
@@ -63,6 +54,16 @@ TINY_MODELS: Dict[str, TinyModel] = {
     "sdxl-controlnet": TinyModel(tiny_controlnet.build_sdxl, ("StableDiffusionXLControlNetPipeline",),
                                  tiny_controlnet.SDXL_CALL),
     "flux-controlnet": TinyModel(tiny_controlnet.build_flux, ("FluxControlNetPipeline",), tiny_controlnet.FLUX_CALL),
+    # variants of the folders above, for pipelines whose denoiser takes more (or other) inputs;
+    # InstructPix2Pix's call takes no size (the input image's)
+    "sd-pix2pix": TinyModel(tiny_sd.build_pix2pix, ("StableDiffusionInstructPix2PixPipeline",)),
+    "sd-lcm": TinyModel(tiny_sd.build_lcm, ("LatentConsistencyModelPipeline", "LatentConsistencyModelImg2ImgPipeline"),
+                        tiny_sd.CALL),
+    # Flux's tiny folder with a wider transformer input: the masked image and mask / the control image
+    "flux-fill": TinyModel(tiny_flux.build_fill, ("FluxFillPipeline",), tiny_flux.CALL),
+    "flux-control": TinyModel(tiny_flux.build_control, ("FluxControlPipeline", "FluxControlImg2ImgPipeline",
+                                                        "FluxControlInpaintPipeline"), tiny_flux.CALL),
+    "cogview4-control": TinyModel(tiny_cogview4.build_control, ("CogView4ControlPipeline",), tiny_cogview4.CALL),
 }
 
 
