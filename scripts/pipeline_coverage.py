@@ -81,7 +81,8 @@ TESTS.update({
         ("FluxControlPipeline", "flux-control"), ("FluxControlImg2ImgPipeline", "flux-control-img2img"),
         ("FluxControlInpaintPipeline", "flux-control-inpaint"), ("FluxKontextInpaintPipeline", "flux-kontext-inpaint"),
         ("LatentConsistencyModelPipeline", "sd-lcm"), ("LatentConsistencyModelImg2ImgPipeline", "sd-lcm-img2img"),
-        ("StableDiffusionInstructPix2PixPipeline", "sd-pix2pix"))},
+        ("StableDiffusionInstructPix2PixPipeline", "sd-pix2pix"),
+        ("StableDiffusionXLInstructPix2PixPipeline", "sdxl-pix2pix"))},
     **{pipeline: _CONTROLNET.format(case) for pipeline, case in (
         ("StableDiffusionControlNetImg2ImgPipeline", "sd-img2img"),
         ("StableDiffusionControlNetInpaintPipeline", "sd-inpaint"),

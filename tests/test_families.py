@@ -36,7 +36,8 @@ def folders(tmp_path_factory):
     root = tmp_path_factory.mktemp("families")
     return {name: str(build_tiny(name, root / name)) for name in ("sd", "sd-inpaint", "sdxl", "sd3", "flux", "pixart",
                                                                     "wan", "ltx", "flux-fill", "flux-control",
-                                                                    "sd-pix2pix", "sd-lcm")}
+                                                                    "sd-pix2pix", "sd-lcm",
+                                                                    "sdxl-pix2pix")}
 
 
 @pytest.fixture(scope="module")
@@ -123,6 +124,7 @@ FAMILIES = {
     "sd-lcm-img2img": ("sd-lcm", "LatentConsistencyModelImg2ImgPipeline", dict(steps=4, strength=0.5), ("image",),
                        "graph", None),
     "sd-pix2pix": ("sd-pix2pix", None, {}, ("image",), "graph", None),
+    "sdxl-pix2pix": ("sdxl-pix2pix", None, dict(height=32, width=32), ("image",), "graph", None),
 }
 
 

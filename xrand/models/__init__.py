@@ -57,6 +57,7 @@ TINY_MODELS: Dict[str, TinyModel] = {
     # variants of the folders above, for pipelines whose denoiser takes more (or other) inputs;
     # InstructPix2Pix's call takes no size (the input image's)
     "sd-pix2pix": TinyModel(tiny_sd.build_pix2pix, ("StableDiffusionInstructPix2PixPipeline",)),
+    "sdxl-pix2pix": TinyModel(tiny_sdxl.build_pix2pix, ("StableDiffusionXLInstructPix2PixPipeline",), tiny_sdxl.CALL),
     "sd-lcm": TinyModel(tiny_sd.build_lcm, ("LatentConsistencyModelPipeline", "LatentConsistencyModelImg2ImgPipeline"),
                         tiny_sd.CALL),
     # Flux's tiny folder with a wider transformer input: the masked image and mask / the control image

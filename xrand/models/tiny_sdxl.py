@@ -54,6 +54,18 @@ def build(folder: PathLike, seed: int = 0) -> Path:
     return save(StableDiffusionXLPipeline(**components(folder, seed)), folder)
 
 
+def build_pix2pix(folder: PathLike, seed: int = 0) -> Path:
+    """Write a random-weight ``StableDiffusionXLInstructPix2PixPipeline`` folder: the UNet takes 8
+    channels (noisy latents and the input image's latents)."""
+    folder, seed = new_model_folder(folder, seed)
+    from diffusers import StableDiffusionXLInstructPix2PixPipeline, UNet2DConditionModel
+
+    parts = components(folder, seed)
+    with seeded_torch(seed + 1):
+        parts["unet"] = UNet2DConditionModel(**dict(UNET, in_channels=8))
+    return save(StableDiffusionXLInstructPix2PixPipeline(**parts), folder)
+
+
 def components(folder: Path, seed: int) -> dict:
     """The pipeline's arguments: its components drawn from ``seed`` (the tokenizers written in
     ``folder``), no watermarker."""

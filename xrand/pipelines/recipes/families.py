@@ -83,4 +83,6 @@ def derived_recipes() -> Tuple[Recipe, ...]:
         # an 8-channel UNet (tiny folder sd-pix2pix): the input image's latents beside the sample's
         derived_recipe("StableDiffusionInstructPix2PixPipeline", StableDiffusionRecipe,
                        required_inputs=("prompt", "image")),
+        derived_recipe("StableDiffusionXLInstructPix2PixPipeline", StableDiffusionXLRecipe, size_multiple=8,
+                       required_inputs=("prompt", "image")),
     )
