@@ -23,7 +23,8 @@ from bench_common import Row, Section, figure_main, fmt_mmm, interleaved, ratios
 STEPS = 4
 PROMPT = "a red circle on a blue square"
 TEXT = dict(height=32, width=32, call_options={"max_sequence_length": 32})
-# family -> (tiny folder, pipeline (None: the folder's), settings; image-to-image runs STEPS of 2 * STEPS)
+# family -> (tiny folder, pipeline (None: the folder's), settings ("tiny": the size and call options its
+# tiny run takes, xrand.models.TINY_MODELS); image-to-image runs STEPS of 2 * STEPS)
 FAMILIES = {
     "SD img2img": ("sd", "StableDiffusionImg2ImgPipeline", dict(steps=2 * STEPS, strength=0.5, image=True)),
     "SD inpaint": ("sd-inpaint", None, dict(steps=2 * STEPS, strength=0.5, height=32, width=32, image=True,
@@ -37,6 +38,13 @@ FAMILIES = {
                                                               "use_resolution_binning": False})),
     "Wan (5 frames)": ("wan", None, dict(TEXT, frames=5)),
     "LTX-Video (9 frames)": ("ltx", None, dict(TEXT, frames=9)),
+    "Sana": ("sana", None, "tiny"),
+    "Lumina 2": ("lumina2", None, "tiny"),
+    "CogView4": ("cogview4", None, "tiny"),
+    "Chroma": ("chroma", None, "tiny"),
+    "SD ControlNet": ("sd-controlnet", None, dict(height=32, width=32, control_image=True)),
+    "SDXL ControlNet": ("sdxl-controlnet", None, dict(height=32, width=32, control_image=True)),
+    "Flux ControlNet": ("flux-controlnet", None, dict(TEXT, control_image=True)),
 }
 
 
@@ -55,10 +63,13 @@ def child(root: str, repeats: int) -> dict:
     from xrand.frameworks import mindspore_mode
     from xrand.pipelines.settings import Settings
 
+    from xrand.models import TINY_MODELS
+
     out = {}
     for family, (folder, pipeline, values) in FAMILIES.items():
-        values = dict(values)
-        files = {name: f"{root}/{name}.png" for name in ("image", "mask") if values.pop(name, False)}
+        values = tiny_settings(TINY_MODELS[folder].call) if values == "tiny" else dict(values)
+        files = {name: f"{root}/{'image' if name == 'control_image' else name}.png"
+                 for name in ("image", "mask", "control_image") if values.pop(name, False)}
         settings = Settings(model=f"{root}/{folder}", pipeline=pipeline, prompt=PROMPT, batch_size=1,
                             **{"steps": STEPS, **values, **files})
         plan = make_plan(settings)
@@ -81,6 +92,15 @@ def child(root: str, repeats: int) -> dict:
         out[family] = {"times": times, "pipeline": plan.pipeline, "mode": plan.mindspore_mode,
                        "reason": plan.mindspore_mode_reason}
     return {"families": out, "torch_threads": torch.get_num_threads()}
+
+
+def tiny_settings(call: dict) -> dict:
+    """A tiny folder's run arguments as settings: its size (and frames), the rest call options."""
+    call = dict(call)
+    size = {key: call.pop(key) for key in ("height", "width") if key in call}
+    if "num_frames" in call:
+        size["frames"] = call.pop("num_frames")
+    return {**size, "call_options": call}
 
 
 def run(repeats: int = 5) -> Section:

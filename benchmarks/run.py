@@ -20,6 +20,8 @@ Figures (one file each, also runnable alone):
                            (only with --only 12: about 10 minutes, the 4.1 GB folder of figure 10)
  13 bench_threads.py       the default xrand compare beside a busy process: threads as before and by the load
  14 bench_lockstep.py      a lockstep step against a free-running step on MindSpore's side, per family
+ 15 bench_floor.py         the float64 floor on the SD-1.5-sized model: widened per call against cast whole
+                           (only with --only 15: about 3 minutes, the 4.1 GB folder of figure 10)
 
 About 5 minutes on 2 cores. Timings interleave the compared calls; each figure records how
 much CPU other processes took meanwhile, so a shared machine shows in the results. With
@@ -56,9 +58,10 @@ FIGURES = {
     12: ("bench_sweep:run_sd15_sized", {}),
     13: ("bench_threads", {}),
     14: ("bench_lockstep", {}),
+    15: ("bench_floor", {}),
 }
-#: Figures run only when --only names them (10 and 12: 20 and 10 minutes, a 4.1 GB model folder).
-ON_REQUEST = {10, 12}
+#: Figures run only when --only names them (10, 12, 15: 20, 10 and 3 minutes, a 4.1 GB model folder).
+ON_REQUEST = {10, 12, 15}
 
 
 def run_figure(number: int) -> Section:

@@ -407,6 +407,7 @@ KNOWN_CAUSES = [  # label, scripts/known_causes.py's family name
     ("tiny Flux", "flux"),
     ("tiny Flux image to image", "flux-img2img"),
     ("tiny Flux Kontext", "flux-kontext"),
+    ("tiny Flux ControlNet", "flux-controlnet"),
     ("tiny LTX-Video", "ltx"),
     ("tiny SD3 (its attention does not go through that function)", "sd3"),
 ]
@@ -475,19 +476,27 @@ def scheduler_matrix_count(models: Models) -> str:
 
 @block("checkpoints")
 def checkpoints(models: Models) -> str:
-    """10 steps, batch 1, 32x32, the folder, its single file and its fp16 variant, graph mode."""
+    """10 steps, batch 1, 32x32, the folder, its single file and its fp16 variant, graph mode; the
+    SDXL folder of two text encoder widths and its single file."""
     values = dict(prompt="a red circle on a blue square", steps=10, batch_size=1, seed=0, height=32, width=32)
     folder = models.compare("checkpoint folder", settings(model=models.folder("sd"), **values))
     single = models.compare("checkpoint single file", settings(model=models.single_file("sd"),
                                                                config=models.folder("sd"), **values))
     fp16 = models.compare("checkpoint fp16", settings(model=models.folder("sd", "fp16"), variant="fp16", **values))
-    same = (single.final["rel_l2"] == folder.final["rel_l2"] and
-            single.noise_floor["rel_l2"] == folder.noise_floor["rel_l2"])
+    xl_folder = models.compare("checkpoint sdxl folder", settings(model=models.folder("sdxl-wide"), **values))
+    xl_single = models.compare("checkpoint sdxl single file", settings(model=models.single_file("sdxl-wide"),
+                                                                      config=models.folder("sdxl-wide"), **values))
+
+    def same(a, b):
+        return a.final["rel_l2"] == b.final["rel_l2"] and a.noise_floor["rel_l2"] == b.noise_floor["rel_l2"]
+
     return prose(f"Measured (10 steps, batch 1, seed 0, fp32, CPU, graph mode, the commands above): the folder "
                  f"{g(folder.final['rel_l2'])} ({ratio(folder)} torch's float32 floor), the single file "
                  f"{g(single.final['rel_l2'])} "
-                 f"({'the same numbers' if same else ratio(single) + ' its floor'}), the fp16 variant "
-                 f"{g(fp16.final['rel_l2'])} ({ratio(fp16)}).")
+                 f"({'the same numbers' if same(single, folder) else ratio(single) + ' its floor'}), the fp16 variant "
+                 f"{g(fp16.final['rel_l2'])} ({ratio(fp16)}); SDXL (tiny-sdxl-wide): the folder "
+                 f"{g(xl_folder.final['rel_l2'])} ({ratio(xl_folder)}), the single file {g(xl_single.final['rel_l2'])} "
+                 f"({'the same numbers' if same(xl_single, xl_folder) else ratio(xl_single)}).")
 
 
 # -- the files ----------------------------------------------------------------------------------

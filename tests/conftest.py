@@ -228,3 +228,20 @@ def torch_only_python(tmp_path_factory):
     check = subprocess.run([python, "-c", "import mindspore"], capture_output=True, text=True)
     assert check.returncode != 0 and "No module named 'mindspore'" in check.stderr
     return python
+
+
+@pytest.fixture(scope="session")
+def tiny_sdxl_file(tiny_folder, tmp_path_factory):
+    """``(single file, config folder, folder)``: the tiny ``sdxl-wide`` folder (text_encoder_2 wider
+    than text_encoder, as SDXL's layout needs) as one safetensors file in the original SDXL layout,
+    a copy of the folder without its weights, and the folder."""
+    import shutil
+
+    from xrand.models.checkpoints import save_single_file
+    from xrand.pipelines.folder import WEIGHT_SUFFIXES
+
+    folder = tiny_folder("sdxl-wide")
+    root = tmp_path_factory.mktemp("tiny-sdxl-file")
+    config = root / "config"
+    shutil.copytree(folder, config, ignore=lambda _, names: [n for n in names if n.endswith(WEIGHT_SUFFIXES)])
+    return str(save_single_file(folder, root / "tiny-sdxl.safetensors")), str(config), folder

@@ -160,3 +160,75 @@ def test_run_and_sweep_take_the_variant(tiny_sd_fp16, capsys, tmp_path):
     assert "give --variant fp16" in capsys.readouterr().err
     assert main(sweep + ["--variant", "fp16", "--scheduler", "no-such"]) == 2  # the folder is read; the next check
     assert "unknown scheduler 'no-such'" in capsys.readouterr().err
+
+
+# -- SDXL single files: two CLIP text encoders told apart by width ------------------------------------------------
+def test_the_sdxl_single_file_converts_back_to_the_folders_tensors(tiny_sdxl_file):
+    """diffusers' own conversion gives back every tensor of the sdxl-wide folder: the UNet (its
+    label_emb), the VAE, CLIP-L under conditioner.embedders.0 and OpenCLIP under embedders.1."""
+    from diffusers.loaders import single_file_utils as convert
+    from safetensors.torch import load_file
+    from transformers import CLIPTextModelWithProjection
+
+    file, _, folder = tiny_sdxl_file
+    checkpoint = load_file(file)
+
+    def want(part):
+        return load_file(next(os.path.join(folder, part, n) for n in os.listdir(os.path.join(folder, part))
+                              if n.endswith(".safetensors")))
+
+    text_encoder_2 = CLIPTextModelWithProjection.from_pretrained(os.path.join(folder, "text_encoder_2"))
+    for part, back in (
+            ("unet", lambda c: convert.convert_ldm_unet_checkpoint(c, json.load(open(os.path.join(folder, "unet",
+                                                                                               "config.json"))))),
+            ("vae", lambda c: convert.convert_ldm_vae_checkpoint(c, json.load(open(os.path.join(folder, "vae",
+                                                                                             "config.json"))))),
+            ("text_encoder", convert.convert_ldm_clip_checkpoint),
+            ("text_encoder_2", lambda c: convert.convert_open_clip_checkpoint(text_encoder_2, c,
+                                                                             "conditioner.embedders.1.model."))):
+        got, expected = back(checkpoint), want(part)
+        assert sorted(got) == sorted(expected), part
+        assert all(torch.equal(got[k], expected[k]) for k in expected), part
+
+
+def test_an_sdxl_single_file_gives_the_folders_images_on_both_sides(tiny_sdxl_file):
+    file, config, folder = tiny_sdxl_file
+    plain = compare(model=folder)
+    c = compare(model=file, config=config)
+    assert c.passed and c.weights["passed"], c.verdict()
+    assert {r["component"] for r in c.weights["rows"]} >= {"unet", "vae", "text_encoder", "text_encoder_2"}
+    for side in ("a", "b"):
+        np.testing.assert_array_equal(c.images[side], plain.images[side])
+    assert c.final == plain.final
+
+
+def test_sdxl_single_files_that_cannot_load_right_are_one_line_errors(tiny_folder, tiny_sd_file, tiny_sdxl_file,
+                                                                      capsys, tmp_path):
+    """An SDXL folder whose text encoders have one width does not convert (its file would load the
+    first encoder into both); a file that does not fit the config folder is refused before loading."""
+    import xrand
+    from xrand.models.checkpoints import save_single_file
+
+    with pytest.raises(xrand.UsageError, match="text_encoder_2 is 32 wide, its text_encoder 32; the SDXL single-file"):
+        save_single_file(tiny_folder("sdxl"), tmp_path / "same-width.safetensors")
+    file, config, _ = tiny_sdxl_file
+    cases = [
+        ([file, "--config", tiny_folder("sdxl")], "its UNet cross-attends at width 80, the config's unet at 64"),
+        ([tiny_sd_file[0], "--config", config], "holds no conditioner.embedders.0.transformer.* tensors (a CLIP-L "
+                                                "text encoder in the original SDXL layout"),
+        ([file, "--config", tiny_sd_file[1]], "holds no cond_stage_model.transformer.* tensors"),
+    ]
+    for model, message in cases:
+        assert main(["compare", "--model", *model, "--prompt", "x", "--out", str(tmp_path / "out")]) == 2, model
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err, err
+
+
+def test_a_flux_single_file_is_refused_naming_why(tiny_folder, tiny_sdxl_file, capsys, tmp_path):
+    """Both libraries have FluxPipeline.from_single_file, but their conversion splits single blocks
+    at FLUX.1's width (3072): no tiny Flux file can check the path, so it is refused, one line."""
+    assert main(["compare", "--model", tiny_sdxl_file[0], "--config", tiny_folder("flux"), "--prompt", "x",
+                 "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot load as FluxPipeline: both libraries' single-file conversion" in err
+    assert "FLUX.1's width 3072" in err and "single files load as StableDiffusionPipeline" in err, err

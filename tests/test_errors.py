@@ -114,3 +114,15 @@ def test_torch_generator_without_torch_installed_is_impossible_but_backend_witho
 def test_spawn_count():
     with pytest.raises(ValueError, match="non-negative integer count, got -1"):
         pcg().spawn(-1)
+
+
+def test_differing_names_each_differing_key_as_deep_as_asked():
+    """What a folder of other settings is refused with (compare's and sweep's --out)."""
+    from xrand.checks import differing
+
+    written = {"settings": {"steps": 1, "scheduler": {"eta": 0}}, "seed": 0, "gone": 1}
+    now = {"settings": {"steps": 2, "scheduler": {"eta": 1}}, "seed": 0}
+    assert differing(written, now) == [("gone", 1, None), ("settings.scheduler.eta", 0, 1), ("settings.steps", 1, 2)]
+    assert differing(written, now, depth=1) == [("gone", 1, None), ("settings.scheduler", {"eta": 0}, {"eta": 1}),
+                                                ("settings.steps", 1, 2)]
+    assert differing(written, written) == []

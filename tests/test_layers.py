@@ -71,22 +71,23 @@ def clean(pipes, inputs):
 
 # -- the unperturbed run ------------------------------------------------------------------------------------
 def test_the_float64_pass_widens_one_module_at_a_time_and_restores_every_dtype():
-    """widened_per_call gives widened's numbers (a float64 model) with each submodule's weights
-    float64 only while it runs, and every dtype back afterwards, even after a call that raised."""
+    """widened gives a float64 model's numbers with each submodule's weights float64 only while
+    it runs, and every dtype back afterwards, even after a call that raised."""
+    import copy
+
     import torch
 
-    from xrand.frameworks.torch import widened, widened_per_call
+    from xrand.frameworks.torch import widened
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.LayerNorm(8), torch.nn.GELU(),
                                 torch.nn.Linear(8, 2))
     x = torch.randn(5, 3)
-    with widened([model]):
-        expected = model(x.double())
+    expected = copy.deepcopy(model).double()(x.double())
     own = [t.data_ptr() for t in model.parameters()]
     seen = []
     model[0].register_forward_hook(lambda m, a, out: seen.append((m.weight.dtype, model[3].weight.dtype)))
-    with widened_per_call(model):
+    with widened([model]):
         got = model(x.double())
         with pytest.raises(RuntimeError):
             model(torch.randn(5, 4).double())  # a call that raises inside

@@ -150,3 +150,73 @@ def test_bad_lora_input_is_one_line_before_any_model_loads(tiny_sd, lora, args, 
 def test_a_pipeline_without_lora_loading_refuses_it(lora, capsys):
     assert main(["compare", "--steps", "2", "--lora", lora]) == 2  # the digits model: DDIMPipeline
     assert "DDIMPipeline loads no LoRA" in capsys.readouterr().err
+
+
+# -- LoRA on SDXL's UNet and Flux's transformer ------------------------------------------------------------------
+#: family -> (a layer the adapter wraps, its number of adapted projections)
+DENOISER_LORAS = {"sdxl": ("unet", "down_blocks.1.attentions.0.transformer_blocks.0.attn1.to_q", 32),
+                  "flux": ("transformer", "transformer_blocks.0.attn.to_q", 7)}
+
+
+@pytest.fixture(scope="module")
+def family_lora(tiny_folder, tmp_path_factory):
+    """``family_lora(name)``: (tiny folder, a random LoRA of its denoiser, the folder's own comparison)."""
+    pytest.importorskip("peft")
+    from xrand.compare import compare_frameworks
+    from xrand.models.checkpoints import save_lora
+
+    made = {}
+
+    def make(name):
+        if name not in made:
+            folder = tiny_folder(name)
+            lora = str(save_lora(folder, tmp_path_factory.mktemp(f"lora-{name}") / f"{name}-style.safetensors"))
+            made[name] = folder, lora, compare_frameworks(Settings(model=folder, **TINY), mindspore_mode="pynative")
+        return made[name]
+
+    return make
+
+
+@pytest.mark.parametrize("family", sorted(DENOISER_LORAS))
+def test_a_lora_of_the_denoiser_loads_on_both_sides_of_sdxl_and_flux(family_lora, family):
+    """save_lora writes unet.* (SDXL) or transformer.* (Flux) tensors; each library's
+    load_lora_weights wraps the same layers, the images change, and the sides agree."""
+    from safetensors import safe_open
+
+    from xrand.compare import compare_frameworks
+
+    folder, lora, plain = family_lora(family)
+    component, layer, _ = DENOISER_LORAS[family]
+    with safe_open(lora, "np") as f:
+        assert {key.split(".")[0] for key in f.keys()} == {component}
+    c = compare_frameworks(Settings(model=folder, **TINY, loras=((lora, 0.8),)), mindspore_mode="pynative")
+    assert c.passed, c.verdict()
+    names = {r["name"] for r in c.weights["rows"] if r["component"] == component}
+    assert f"{layer}.lora_A.{family}-style.weight" in names and f"{layer}.lora_B.{family}-style.weight" in names
+    assert c.weights["passed"] and c.weights["tensors"] > plain.weights["tensors"]
+    for side in ("a", "b"):
+        assert np.abs(c.images[side] - plain.images[side]).max() > 1e-3  # the adapter did something
+
+
+@pytest.mark.parametrize("family", sorted(DENOISER_LORAS))
+def test_a_fused_lora_of_sdxl_and_flux_is_measured_against_torchs_fused_weights(family_lora, family, tmp_path):
+    folder, lora, _ = family_lora(family)
+    component, layer, adapted = DENOISER_LORAS[family]
+    out = tmp_path / "fused"
+    assert main(["compare", "--model", folder, "--prompt", "a red circle", "--steps", "2", "--height", "32",
+                 "--width", "32", "--batch-size", "1", "--seed", "3", "--mindspore-mode", "pynative",
+                 "--no-noise-floor", "--quiet", "--lora", f"{lora}:0.8", "--fuse-lora", "--out", str(out)]) == 0
+    weights = json.load(open(out / "report.json"))["weights"]
+    assert weights["passed"] and weights["kept"] == adapted
+    fused = [r for r in weights["rows"] if r["component"] == component and r["name"] == f"{layer}.weight"]
+    assert fused and all(r["max_abs"] is not None and not r["bound"] for r in fused)
+    assert not any(".lora_" in r["name"] for r in weights["rows"])
+
+
+def test_a_lora_of_another_denoiser_is_one_line_before_any_model_loads(family_lora, capsys):
+    """A UNet's LoRA given to Flux would load nothing (set_adapters then fails): refused up front."""
+    sdxl_lora, flux = family_lora("sdxl")[1], family_lora("flux")[0]
+    assert main(["compare", "--model", flux, "--prompt", "x", "--steps", "2", "--lora", sdxl_lora]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "adapts a unet (unet.* tensors); FluxPipeline's denoiser is its transformer" in err
+    assert len(err.splitlines()) == 1, err

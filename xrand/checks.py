@@ -12,7 +12,7 @@ import numbers
 import operator
 import os
 import sys
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 
 class UsageError(ValueError):
@@ -176,3 +176,17 @@ def check_generator_list(generators: Any, shape: Tuple[int, ...]) -> list:
             "pass one generator or exactly one per batch item"
         )
     return list(generators)
+
+
+def differing(a: Mapping[str, Any], b: Mapping[str, Any], depth: Optional[int] = None,
+              prefix: str = "") -> List[Tuple[str, Any, Any]]:
+    """``(dotted key, a's value, b's value)`` for every key whose values differ, sorted; nested
+    mappings are followed ``depth`` levels deep (None: all the way), deeper ones compared whole."""
+    out = []
+    for key in sorted(set(a) | set(b)):
+        x, y = a.get(key), b.get(key)
+        if isinstance(x, Mapping) and isinstance(y, Mapping) and depth != 0:
+            out += differing(x, y, None if depth is None else depth - 1, f"{prefix}{key}.")
+        elif x != y:
+            out.append((prefix + key, x, y))
+    return out

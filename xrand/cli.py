@@ -92,7 +92,7 @@ def cmd_compare(args) -> int:
 
         if args.tolerance is not None:
             check_tolerance(args.tolerance)
-        for flag, asked in (("--lockstep", args.lockstep), ("--layers", args.layers)):
+        for flag, asked in (("--lockstep", args.lockstep), ("--layers", args.layers), ("--ops", args.ops is not None)):
             if asked:
                 raise UsageError(f"{flag} needs torch's records, which side files do not carry; on two machines run "
                                  f"'xrand compare --only torch {flag} --out DIR' and then "
@@ -239,17 +239,20 @@ def _layer_options(args):
 
     names = [n for value in args.layers_module or [] for n in value.split(",") if n]
     scope = [n for value in args.layers_scope or [] for n in value.split(",") if n]
+    ops = getattr(args, "ops", None)
     if not args.layers:
-        given = [flag for flag, value in (("--layers-step", args.layers_step), ("--layer-tolerance",
-                 args.layer_tolerance), ("--layers-dump", args.layers_dump), ("--layers-module", names or None),
-                 ("--layers-scope", scope or None), ("--layers-component", args.layers_component))
-                 if value is not None]
+        given = [flag for flag, value in (("--layers-dump", args.layers_dump), ("--layers-module", names or None),
+                 ("--layers-scope", scope or None)) if value is not None]
+        if ops is None:  # these look at the call --ops looks into too
+            given += [flag for flag, value in (("--layers-step", args.layers_step), ("--layer-tolerance",
+                      args.layer_tolerance), ("--layers-component", args.layers_component)) if value is not None]
         if given:
             raise UsageError(f"{given[0]} needs --layers")
-        return None
+        if ops is None:
+            return None
     return LayerOptions(step=0 if args.layers_step is None else args.layers_step, threshold=args.layer_tolerance,
                         dump=names, dump_dir=args.layers_dump, scope=scope,
-                        component=args.layers_component or "denoiser")
+                        component=args.layers_component or "denoiser", modules=bool(args.layers), ops=ops)
 
 
 def _compare_matrix(args, out_dir: str) -> int:
@@ -462,6 +465,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="look into another component's call instead of the denoiser's: vae (its decode of torch's "
                         "final latents), text_encoder, text_encoder_2, text_encoder_3 (their call on the prompt), "
                         "controlnet (its call at --layers-step, on torch's inputs)")
+    p.add_argument("--ops", nargs="?", const="", metavar="MODULE",
+                   help="compare the operators inside one call of MODULE (as --layers prints it, NAME#k for its "
+                        "k-th call; in --layers-component's call, at --layers-step), each fed torch's inputs; "
+                        "with --layers and no MODULE: its culprit")
     p.add_argument("--only", choices=list(_INSTALLED),
                    help="run only this framework's stages into --out and stop (two machines: --only torch on the "
                         "torch one, copy --out, then --only mindspore there, which takes every setting from --out)")

@@ -79,7 +79,8 @@ class DrawsIn(CountingGenerator):
 def pipeline_floor(loaded: Loaded, plan: Plan, images: np.ndarray) -> Dict[str, Any]:
     """:func:`noise_floor` of a loaded torch side: its ``images`` (the plan's dtype) against the
     same run (:func:`.sides.run`, any recipe and scheduler) in float64, the noise drawn as in the
-    plan's dtype and cast up."""
+    plan's dtype and cast up. Each submodule is float64 only while it runs (:func:`widened`): the
+    stage holds the weights once, not a float64 copy of them."""
     settings = plan.settings
 
     def run64(dtype: str) -> np.ndarray:

@@ -31,7 +31,7 @@ import numpy as np
 
 from ..checks import UsageError, UsageTypeError
 from ..frameworks import framework
-from ..frameworks.torch import widened_per_call
+from ..frameworks.torch import widened
 from ..registry import backend
 from .boundary import as_call, call_signature
 from .component_call import DENOISER, METHODS, PER_STEP, call_name, entry
@@ -563,7 +563,7 @@ def _torch_floors(torch_module: Any, args: Sequence[Any], kwargs: Mapping[str, A
     same inputs (None where the outputs do not match up).
 
     Each submodule is cast to float64 while it runs and back after it (exact: every float32 value
-    is a float64 value) by :func:`xrand.frameworks.torch.widened_per_call`, under which float32
+    is a float64 value) by :func:`xrand.frameworks.torch.widened`, under which float32
     pinned inside the model (and the captured inputs' float32) widens too.
     """
     pt = framework("torch")
@@ -582,7 +582,7 @@ def _torch_floors(torch_module: Any, args: Sequence[Any], kwargs: Mapping[str, A
                 floors[i] = err["rel_l2"]
 
     recorded = ((n, m) for n, m in pt.submodules(torch_module) if (n, 0) in index)
-    with pt.hooked(recorded, post=post), widened_per_call(torch_module):
+    with pt.hooked(recorded, post=post), widened([torch_module]):
         _call(pt, torch_module, args, kwargs, "float64")  # float64 throughout, one module's copy at a time
     return floors
 
@@ -606,6 +606,8 @@ class LayerOptions:
     dump_dir: Optional[str] = None
     scope: Sequence[str] = ()  # module prefixes to record and compare (--layers-scope); empty: every module
     component: str = DENOISER  # whose call to look at (--layers-component): the denoiser, vae, text_encoder...
+    modules: bool = True  # compare every module (--layers); False: --ops alone
+    ops: Optional[str] = None  # the module call whose operators --ops compares ("": --layers' culprit)
 
     def check(self, steps: Optional[int] = None) -> "LayerOptions":
         """These options, checked: UsageError naming the value for a step outside ``range(steps)``
@@ -620,6 +622,11 @@ class LayerOptions:
         if self.component != DENOISER and self.component not in METHODS:
             raise UsageError(f"--layers-component {self.component!r} is not one xrand looks into; accepted: "
                              f"{', '.join((DENOISER,) + tuple(METHODS))}")
+        if self.ops is not None and not isinstance(self.ops, str):
+            raise UsageTypeError(f"--ops must be a module name, got {self.ops!r}")
+        if self.ops == "" and not self.modules:
+            raise UsageError("--ops without a module name looks into --layers' culprit: add --layers, or name the "
+                             "module (--ops down_blocks.1.attentions.0)")
         if self.threshold is not None:
             object.__setattr__(self, "threshold", check_threshold(self.threshold))  # frozen: normalised once
         object.__setattr__(self, "dump", tuple(self.dump))
@@ -643,6 +650,17 @@ def torch_layers_at_step(torch_side: Any, plan: Any, recording: Any, writer: Opt
     """:func:`torch_layers` on the loaded torch side's denoiser, fed the call its pipeline made at
     ``plan.layers.step`` (``recording``: the torch run's, which kept that call): the very tensors
     torch's pipeline built there, for any recipe."""
+    options = plan.layers
+    torch_denoiser, args, kwargs = recorded_call(torch_side, plan, recording)
+    with torch_side.fw.running(torch_side.device, "pynative"):
+        return torch_layers(torch_denoiser, args, kwargs, floors=options.threshold is None, scope=options.scope,
+                            writer=writer)
+
+
+def recorded_call(torch_side: Any, plan: Any, recording: Any) -> Tuple[Any, list, dict]:
+    """``(module, args, kwargs)``: what ``--layers`` and ``--ops`` look into on the loaded torch
+    side (:func:`layers_module`) and the call torch's pipeline made of it at ``plan.layers.step``
+    (``recording``: the torch run's, which kept that call): the very tensors it built there."""
     options, k = plan.layers, plan.layers.step
     if options.component != DENOISER:
         given = recording.component_call()
@@ -652,11 +670,9 @@ def torch_layers_at_step(torch_side: Any, plan: Any, recording: Any, writer: Opt
         given = recording.call(k) if k < len(recording.calls) else None
     if given is None:
         raise RuntimeError(f"the torch side made no denoiser call {k}")
-    torch_denoiser = layers_module(torch_side.fw, torch_side.pipe, plan)
-    args, kwargs = as_call(call_signature(torch_side.fw, torch_denoiser), given)
-    with torch_side.fw.running(torch_side.device, "pynative"):
-        return torch_layers(torch_denoiser, args, kwargs, floors=options.threshold is None, scope=options.scope,
-                            writer=writer)
+    module = layers_module(torch_side.fw, torch_side.pipe, plan)
+    args, kwargs = as_call(call_signature(torch_side.fw, module), given)
+    return module, args, kwargs
 
 
 def mindspore_layers_at_step(ms_side: Any, plan: Any, torch_part: TorchLayers, timesteps: Sequence[float]

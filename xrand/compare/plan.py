@@ -29,7 +29,7 @@ from ..pipelines import schedulers
 from ..pipelines.components import COMPONENT_DTYPES_PYNATIVE, model_components
 from ..pipelines.folder import ModelFolder, check_components, read_folder
 from ..pipelines.inputs import read_input
-from ..pipelines.lora import adapter_name, check_lora_files
+from ..pipelines.lora import adapter_name, check_lora_files, check_lora_targets
 from ..pipelines.recipes import RECIPES, Recipe, recipe as recipe_named
 from ..pipelines.settings import Settings
 
@@ -219,6 +219,8 @@ def _lora_files(settings: Settings, recipe: Recipe, frameworks: Sequence[str]) -
     if "torch" in frameworks and importlib.util.find_spec("peft") is None:
         raise UsageError("--lora: diffusers loads LoRAs through the peft package, which is not installed here: "
                          "pip install 'xrand[diffusers]' (or pip install peft)")
+    if isinstance(recipe.denoiser, str):
+        check_lora_targets(settings.loras, recipe.denoiser, recipe.pipeline)
     digests = {}
     for path, _ in settings.loras:
         with open(path, "rb") as f:
@@ -230,7 +232,7 @@ def _check_single_file(settings: Settings, folder: ModelFolder, recipe: Recipe) 
     """A single file loads where the recipe takes its layout, as one pipeline (no component again)."""
     refusal = recipe.check_single_file(folder)
     if refusal:
-        accepted = [r.pipeline for r in RECIPES.values() if type(r).check_single_file is not Recipe.check_single_file]
+        accepted = [r.pipeline for r in RECIPES.values() if r.loads_single_file]
         raise UsageError(f"{folder.single_file!r} with --config {folder.path!r} (a {folder.pipeline} folder) cannot "
                          f"load as {recipe.pipeline}: {refusal}; single files load as {', '.join(accepted)}, with "
                          "--config a folder of the same architecture")

@@ -37,6 +37,7 @@ class Comparison:
     ran: Dict[str, Dict[str, Any]] = field(default_factory=dict)
     noise_floor: Optional[Dict[str, Any]] = None  # torch against itself (floor.noise_floor)
     layers: Optional[Any] = None  # a layers.LayerReport
+    ops: Optional[Any] = None  # an ops.OpsReport (--ops)
     # the second side's timesteps where the two libraries' schedulers gave other ones for the same config
     timesteps_b: Optional[List[float]] = None
     stages: Optional[Dict[str, Any]] = None  # {"done", "missing", "bytes"} of a run into a comparison folder (.stages)
@@ -99,7 +100,10 @@ class Comparison:
     def summary_lines(self) -> List[str]:
         """What the console prints: the verdict, its known cause where measured, the layers' lines."""
         lines = [self.verdict()] + [f"known cause: {text}" for text in self.known_causes()]
-        return lines + ([] if self.layers is None else [self.layers.summary(passed=self.passed)])
+        lines += [] if self.layers is None else [self.layers.summary(passed=self.passed)]
+        if self.ops is not None:
+            lines += [self.ops.summary()] + (self.ops.table() if self.ops.rows else [])
+        return lines
 
     def steps_ran(self) -> Dict[str, Any]:
         """The scheduler steps that ran (``count``) against ``--steps`` (``asked``) and, where they

@@ -15,6 +15,10 @@ A comparison is a list of stages, always run in this order (the ones the plan as
                                                  (:mod:`.weights`): a FAIL before any step
     mindspore         mindspore  -               MindSpore's side
     mindspore layers  mindspore  torch layers    the layers report
+    torch ops         torch      torch           the operators inside one module call (``--ops``),
+                                                 their inputs and outputs; after mindspore layers
+                                                 when the module is its culprit
+    mindspore ops     mindspore  torch ops       the ops report
     lockstep          mindspore  torch           the local error per step
 
 :func:`run_stages` runs them whether both pipelines are held at once (:class:`Held`: the Python
@@ -35,7 +39,7 @@ import numpy as np
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ..checks import UsageError
+from ..checks import UsageError, differing
 from ..files import json_safe, write_json
 from ..frameworks.threads import measure as measure_load
 from ..patch import patched
@@ -49,6 +53,7 @@ from .floor import pipeline_floor
 from .component_call import DENOISER, PER_STEP
 from .layers import (LayerOptions, LayerReport, TorchLayers, check_module_names, check_scope, layers_module,
                      mindspore_layers_at_step, torch_layers_at_step)
+from .ops import OpsReport, TorchOps, check_ops_module, mindspore_ops_at_step, torch_ops_at_step
 from .plan import Plan, make_plan
 from .records import RecordReader, RecordWriter, check_file, file_entry
 from .result import Comparison, compare_sides
@@ -71,7 +76,8 @@ class Stage:
 STAGES = (Stage("torch weights", "torch", ()), Stage("torch", "torch", ()),
           Stage("torch layers", "torch", ("torch",)), Stage("floor", "torch", ("torch",)),
           Stage("mindspore weights", "mindspore", ("torch weights",)), Stage("mindspore", "mindspore", ()),
-          Stage("mindspore layers", "mindspore", ("torch layers",)), Stage("lockstep", "mindspore", ("torch",)))
+          Stage("mindspore layers", "mindspore", ("torch layers",)), Stage("torch ops", "torch", ("torch",)),
+          Stage("mindspore ops", "mindspore", ("torch ops",)), Stage("lockstep", "mindspore", ("torch",)))
 BY_NAME = {s.name: s for s in STAGES}
 
 
@@ -91,10 +97,16 @@ class Asks:
 
     def stages(self) -> List[str]:
         """The stages these asks need, in the order they run."""
-        asked = {"torch layers": self.layers is not None, "floor": self.noise_floor,
-                 "mindspore layers": self.layers is not None, "lockstep": self.lockstep,
+        modules = self.layers is not None and self.layers.modules
+        ops = self.layers is not None and self.layers.ops is not None
+        asked = {"torch layers": modules, "floor": self.noise_floor, "mindspore layers": modules,
+                 "torch ops": ops, "mindspore ops": ops, "lockstep": self.lockstep,
                  "torch weights": self.weights, "mindspore weights": self.weights}
-        return [s.name for s in STAGES if asked.get(s.name, True)]
+        names = [s.name for s in STAGES if asked.get(s.name, True)]
+        if ops and self.layers.ops:  # a module named: torch's operators recorded with torch's other stages
+            names.remove("torch ops")
+            names.insert(names.index("floor" if self.noise_floor else "torch") + 1, "torch ops")
+        return names
 
     def key(self, stage: str) -> Dict[str, Any]:
         """What a stage's output depends on beyond the comparison's identity: an output made for
@@ -109,6 +121,9 @@ class Asks:
         if stage == "mindspore layers":
             return json_safe({"step": o.step, "threshold": o.threshold, "dump": list(o.dump), "dump_dir": o.dump_dir,
                               "scope": list(o.scope), "component": o.component})
+        if stage in ("torch ops", "mindspore ops"):
+            return json_safe({"step": o.step, "component": o.component, "module": o.ops,
+                              **({"threshold": o.threshold} if stage == "mindspore ops" else {})})
         return {}
 
     def to_dict(self) -> Dict[str, Any]:
@@ -234,7 +249,8 @@ class Store:
                                  f"{self.folder}/ was made with (sha256 {here[name][:12]}... vs {there[name][:12]}...); "
                                  f"give the same model folder")
         if written["identity"] != self.manifest["identity"]:
-            diffs = _differences(written["identity"], self.manifest["identity"])
+            diffs = [key if isinstance(x, (dict, list)) else f"{key} {x!r} vs {y!r}"
+                     for key, x, y in differing(written["identity"], self.manifest["identity"], depth=1)]
             raise UsageError(f"--out {self.folder!r} holds a comparison of other settings (differing: "
                              f"{', '.join(diffs)}); use another folder or the same settings")
 
@@ -275,6 +291,9 @@ class Store:
         for s in STAGES:
             if stage in s.needs:
                 self.manifest["stages"].pop(s.name, None)
+        if stage == "mindspore layers" and self.asks.layers.ops == "":  # the culprit torch's operators are of
+            for s in ("torch ops", "mindspore ops"):
+                self.manifest["stages"].pop(s, None)
         self.manifest["stages"][stage] = json_safe({"key": self.asks.key(stage), "result": result,
                                                     "files": files or {}, "seconds": seconds})
         if held is not None:
@@ -334,6 +353,14 @@ class Store:
                            self.result("torch layers"), files)
 
 
+    def torch_ops(self) -> TorchOps:
+        if "torch ops" in self.held:
+            return self.held["torch ops"]
+        files = self.files("torch ops")
+        return TorchOps(RecordReader.open(self.folder, "ops", files, "torch ops") if files else None,
+                        self.result("torch ops"), files)
+
+
 def report_store(folder: str, manifest: Dict[str, Any]) -> Store:
     """A comparison folder read on a machine that runs neither framework: its stages' outputs as
     they are, for the report."""
@@ -355,18 +382,6 @@ def framework_of(stage: str) -> str:
 def _record_files(files: Mapping[str, Any], record: str) -> Dict[str, Any]:
     return {name: entry for name, entry in files.items() if os.path.basename(name).startswith(record + ".")
             or os.path.basename(name).startswith(record + "-")}
-
-
-def _differences(a: Dict[str, Any], b: Dict[str, Any], prefix: str = "") -> List[str]:
-    """The keys (``settings.steps``) whose values differ, one level of nesting deep."""
-    out = []
-    for key in sorted(set(a) | set(b)):
-        x, y = a.get(key), b.get(key)
-        if isinstance(x, dict) and isinstance(y, dict) and not prefix:
-            out += _differences(x, y, key + ".")
-        elif x != y:
-            out.append(f"{prefix}{key} {x!r} vs {y!r}" if not isinstance(x, (dict, list)) else prefix + key)
-    return out
 
 
 # ----------------------------------------------------------------------------- pipelines
@@ -525,6 +540,22 @@ def _mindspore_layers(plan: Plan, store: Store, pipes: Any) -> None:
     store.finish("mindspore layers", report.to_dict(), held=report, seconds=time.perf_counter() - start)
 
 
+def _torch_ops(plan: Plan, store: Store, pipes: Any) -> None:
+    start = time.perf_counter()
+    module = plan.layers.ops
+    if not module:  # --layers --ops: its culprit
+        module = store.result("mindspore layers")["culprit"]
+    result = torch_ops_at_step(pipes.get("torch"), plan, store.recording(), module, store.writer("ops"))
+    store.finish("torch ops", result.meta, result.files, held=result, seconds=time.perf_counter() - start)
+
+
+def _mindspore_ops(plan: Plan, store: Store, pipes: Any) -> None:
+    start = time.perf_counter()
+    report = mindspore_ops_at_step(pipes.get("mindspore"), plan, store.torch_ops())
+    report.seconds += store.manifest["stages"]["torch ops"]["seconds"]
+    store.finish("mindspore ops", report.to_dict(), held=report, seconds=time.perf_counter() - start)
+
+
 def _lockstep(plan: Plan, store: Store, pipes: Any) -> None:
     start = time.perf_counter()
     local = run(pipes.get("mindspore"), plan, feed=store.recording()).local_steps
@@ -535,7 +566,8 @@ def _lockstep(plan: Plan, store: Store, pipes: Any) -> None:
 RUNS: Dict[str, Callable[[Plan, Store, Any], None]] = {
     "torch weights": _torch_weights, "mindspore weights": _mindspore_weights, "torch": _torch,
     "torch layers": _torch_layers, "floor": _floor, "mindspore": _mindspore,
-    "mindspore layers": _mindspore_layers, "lockstep": _lockstep}
+    "mindspore layers": _mindspore_layers, "torch ops": _torch_ops, "mindspore ops": _mindspore_ops,
+    "lockstep": _lockstep}
 
 
 def side_in_own_process(plan: Plan, framework: str, path: str, quiet: bool = True) -> Side:
@@ -621,6 +653,9 @@ def comparison_of(store: Store) -> Optional[Comparison]:
     if store.asks.layers is not None and store.done("mindspore layers"):
         held = store.held.get("mindspore layers")
         c.layers = held if held is not None else LayerReport.from_dict(store.result("mindspore layers"))
+    if store.asks.layers is not None and store.done("mindspore ops"):
+        held = store.held.get("mindspore ops")
+        c.ops = held if held is not None else OpsReport.from_dict(store.result("mindspore ops"))
     if store.asks.weights and store.done("mindspore weights"):
         c.weights = store.result("mindspore weights")["comparison"]
     if store.asks.noise_floor and store.done("floor"):
@@ -661,6 +696,14 @@ def run_stages(store: Store, pipes: Any, frameworks: Sequence[str] = ("torch", "
         denoiser = layers_module(loaded.fw, loaded.pipe, plan)  # the names checked before anything is written
         check_module_names(denoiser, asks.layers.dump)
         check_scope((name for name, _ in denoiser.named_modules()), asks.layers.scope, type(denoiser).__name__)
+    if asks.layers is not None and asks.layers.ops == "" and "torch ops" in todo and \
+            not (store.done("mindspore layers") or "mindspore layers" in todo):
+        raise UsageError("--layers --ops looks into the culprit MindSpore's layers stage finds, which runs on the "
+                         "other machine; on two machines name the module: --ops MODULE")
+    if asks.layers is not None and asks.layers.ops and "torch ops" in todo:
+        loaded = pipes.get("torch")
+        module = layers_module(loaded.fw, loaded.pipe, plan)
+        check_ops_module([name for name, _ in loaded.fw.submodules(module)], asks.layers.ops, type(module).__name__)
     if todo:
         store.start(frameworks)
 

@@ -38,7 +38,12 @@ def map_leaves(fn: Callable[[Any], Any], value: Any) -> Any:
 def leaves(value: Any) -> List[Any]:
     """The leaves of ``value`` in the order :func:`map_leaves` visits them."""
     found: List[Any] = []
-    map_leaves(found.append, value)
+
+    def keep(leaf: Any) -> Any:
+        found.append(leaf)
+        return leaf  # the value rebuilt as it was: a torch.Size takes only ints
+
+    map_leaves(keep, value)
     return found
 
 

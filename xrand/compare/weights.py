@@ -62,12 +62,7 @@ def torch_name(framework: str, name: str, saved: Container[str] = ()) -> str:
 def loaded_parameters(fw: Any, module: Any, saved: Container[str] = ()) -> Iterator[Tuple[str, Any]]:
     """``(torch's name, tensor)`` of every parameter of a loaded component, and torch's persistent
     buffers (saved in the files, such as SD3's pos_embed, which MindSpore holds as a parameter)."""
-    if fw.name == "torch":
-        saved = set(module.state_dict(keep_vars=True))
-        items = list(module.named_parameters()) + [(n, b) for n, b in module.named_buffers() if n in saved]
-    else:
-        items = module.parameters_and_names()
-    for name, tensor in items:
+    for name, tensor in fw.weights(module):
         yield torch_name(fw.name, name, saved), tensor
 
 

@@ -178,6 +178,11 @@ class Framework:
         inside it, parents first (``down_blocks.0.resnets.0.conv1``)."""
         raise NotImplementedError
 
+    def weights(self, module: Any) -> Iterable[Tuple[str, Any]]:
+        """``(name, tensor)`` of every parameter of a loaded module and of the buffers its library
+        saves with it, named as that library names them."""
+        raise NotImplementedError
+
     def module_device(self, module: Any) -> Any:
         """Where a module's (first) weights are, and so its inputs go (None: the framework's context decides)."""
         return None
@@ -203,6 +208,15 @@ class Framework:
         finally:
             for h in handles:
                 h.remove()
+
+    def operators_recorded(self, module: Any, on_op: Callable[..., None]) -> contextlib.AbstractContextManager:
+        """Inside the block, each operator call made from Python (not those inside another one):
+        ``on_op(name, call, args, kwargs, output, params)``, ``name``
+        as users write it (``F.linear``, ``Tensor.permute``, ``nn_ops.FlashAttentionScore``),
+        ``call`` what runs it again on other inputs (``call(*args, **kwargs)``), ``params`` the
+        settings it was made with (a primitive's; else empty). ``module``: the module about to run
+        (MindSpore records its own library's cells in it as operators). For ``--ops``."""
+        raise NotImplementedError
 
     def _eager(self) -> contextlib.AbstractContextManager:
         """Around the calls :meth:`hooked` sees."""

@@ -197,8 +197,16 @@ class MindSpore(Framework):
     def submodules(self, module):
         return module.cells_and_names()
 
+    def weights(self, module):
+        return module.parameters_and_names()
+
     def _eager(self):
         return mindspore_mode("pynative")
+
+    def operators_recorded(self, module, on_op):
+        from .mindspore_ops import operators_recorded
+
+        return operators_recorded(module, on_op)
 
     @contextlib.contextmanager
     def running(self, device, mode, identity=None):

@@ -2,10 +2,9 @@
 reference a noise floor is measured against.
 
 A float64 run of a loaded torch pipeline (or module) must be float64 throughout, without loading
-it again: :func:`widened` casts the modules in place and back, and :func:`widened_torch` makes
-every float32 that diffusers and transformers pin inside their models float64 too.
-:func:`widened_per_call` does the same for one module's calls holding only the float64 copy of
-the submodules running at the moment (a real-sized model's float64 copy is twice its weights).
+it again and without a float64 copy of it (twice its weights): :func:`widened` casts each
+submodule to float64 only while it runs, and :func:`widened_torch` makes every float32 that
+diffusers and transformers pin inside their models float64 too.
 """
 from __future__ import annotations
 
@@ -77,6 +76,10 @@ class Torch(Framework):
     def submodules(self, module):
         return module.named_modules()
 
+    def weights(self, module):
+        saved = set(module.state_dict(keep_vars=True))  # persistent buffers (SD3's pos_embed) are saved
+        return list(module.named_parameters()) + [(n, b) for n, b in module.named_buffers() if n in saved]
+
     def module_device(self, module):
         return next(module.parameters()).device
 
@@ -84,6 +87,9 @@ class Torch(Framework):
         import torch
 
         return torch.no_grad()
+
+    def operators_recorded(self, module, on_op):
+        return _operators_recorded(on_op)
 
     def pipeline_device(self, pipe):
         return pipe.device
@@ -118,39 +124,17 @@ class Torch(Framework):
 
 @contextlib.contextmanager
 def widened(modules: Iterable[Any]) -> Iterator[None]:
-    """The torch modules among ``modules`` in float64, and :func:`widened_torch`, inside the block.
-
-    Every floating parameter and buffer is cast in place and back to its own dtype afterwards
-    (float32 or float16 -> float64 -> back is exact), so a loaded pipeline is measured without
-    loading it again. Anything that is not a ``torch.nn.Module`` (a scheduler, a tokenizer) is
-    left alone.
-    """
-    import torch
-
-    tensors = [t for m in modules if isinstance(m, torch.nn.Module)
-               for t in list(m.parameters()) + list(m.buffers()) if t.is_floating_point()]
-    dtypes = [t.dtype for t in tensors]
-    try:
-        with torch.no_grad():
-            for t in tensors:
-                t.data = t.data.to(torch.float64)
-        with widened_torch():
-            yield
-    finally:
-        with torch.no_grad():
-            for t, dtype in zip(tensors, dtypes):
-                t.data = t.data.to(dtype)
-
-
-@contextlib.contextmanager
-def widened_per_call(module: Any) -> Iterator[None]:
-    """Calls of the torch ``module`` in float64 inside the block, as under :func:`widened`, but
-    each submodule's own floating parameters and buffers are float64 only while that submodule
-    runs (a float64 copy made by a forward pre-hook, the tensor's own data put back by a forward
-    hook; a tensor shared by submodules stays float64 until the last of them ends). Memory: the
-    weights as they are, plus the float64 copy of the modules on the call stack. A submodule
-    whose parameters are used without calling it would meet float32 ones and fail loudly (a
-    dtype mismatch), not compute in float32."""
+    """Calls of the torch modules among ``modules`` in float64 inside the block (with
+    :func:`widened_torch`), as if each were cast to float64, without a float64 copy of them: each
+    submodule's own floating parameters and buffers are float64 only while that submodule runs (a
+    float64 copy made by a forward pre-hook, the tensor's own data put back by a forward hook; a
+    tensor shared by submodules stays float64 until the last of them ends). Memory: the weights as
+    they are, plus the float64 copy of the modules on the call stack. Anything that is not a
+    ``torch.nn.Module`` (a scheduler, a tokenizer) is left alone. A parameter read outside its
+    module's call is its own float32 tensor there: arithmetic with float64 values promotes it
+    exactly (every float32 value is a float64 value) and a layer given it fails loudly (a dtype
+    mismatch); a dtype read from it is widened as every dtype asked for is. tests/test_floor.py
+    checks every tiny family's floor against its pipeline cast whole to float64."""
     import torch
 
     held: dict = {}  # id(tensor) -> [tensor, its own data, how many running modules hold it]
@@ -176,7 +160,7 @@ def widened_per_call(module: Any) -> Iterator[None]:
                     t.data = entry[1]
                     del held[id(t)]
 
-    handles = [h for m in module.modules()
+    handles = [h for module in modules if isinstance(module, torch.nn.Module) for m in module.modules()
                for h in (m.register_forward_pre_hook(enter), m.register_forward_hook(leave))]
     try:
         with widened_torch():
@@ -187,6 +171,29 @@ def widened_per_call(module: Any) -> Iterator[None]:
         with torch.no_grad(), torch._C.DisableTorchFunction():  # a call that raised: what it held goes back
             for t, data, _ in held.values():
                 t.data = data
+
+
+@contextlib.contextmanager
+def cast_whole(modules: Iterable[Any]) -> Iterator[None]:
+    """The torch modules among ``modules`` cast to float64 in place (a float64 copy of every
+    weight at once) and back afterwards, with :func:`widened_torch`: what :func:`widened` gives
+    without that copy (tests/test_floor.py checks it bit for bit; benchmarks/bench_floor.py
+    measures the memory each holds)."""
+    import torch
+
+    tensors = [t for m in modules if isinstance(m, torch.nn.Module)
+               for t in list(m.parameters()) + list(m.buffers()) if t.is_floating_point()]
+    dtypes = [t.dtype for t in tensors]
+    with torch.no_grad():
+        for t in tensors:
+            t.data = t.data.to(torch.float64)
+    try:
+        with widened_torch():
+            yield
+    finally:
+        with torch.no_grad():
+            for t, dtype in zip(tensors, dtypes):
+                t.data = t.data.to(dtype)
 
 
 @contextlib.contextmanager
@@ -236,3 +243,42 @@ def widened_torch() -> Iterator[None]:
             yield
     finally:
         torch.set_default_dtype(previous)
+
+
+#: where torch's functions live -> how ``--ops`` names them
+_NAMESPACES = {"torch": "torch.", "torch.nn.functional": "F.", "torch._C._nn": "F.", "torch._C._fft": "fft.",
+               "torch._C._linalg": "linalg."}
+
+
+def operator_name(func: Any) -> str:
+    """A torch function as users write it: ``F.linear``, ``torch.cat``, ``Tensor.permute``."""
+    name = getattr(func, "__name__", type(func).__name__)
+    qualified = getattr(func, "__qualname__", "") or ""
+    if qualified.startswith(("TensorBase.", "Tensor.")):
+        return "Tensor." + name
+    return _NAMESPACES.get(getattr(func, "__module__", None) or "", "") + name
+
+
+@contextlib.contextmanager
+def _operators_recorded(on_op: Any) -> Iterator[None]:
+    """:meth:`.base.Framework.operators_recorded` by a torch function mode: it sees each call of a
+    torch function or Tensor method; calls made inside one (``F.group_norm`` calling
+    ``torch.group_norm``) run with the mode off, so only the outer one is recorded. An in-place
+    method (``mul_``, ``__iadd__``) is given to ``on_op`` with its tensor as it was before."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    class Recorded(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            name = operator_name(func)
+            given = args
+            if name.startswith("Tensor.") and (name.endswith("_") and not name.endswith("__")
+                                               or name.startswith("Tensor.__i")):
+                given = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
+            out = func(*args, **kwargs)
+            on_op(name, func, given, kwargs, out, {})
+            return out
+
+    with Recorded():
+        yield

@@ -54,6 +54,8 @@ TINY_MODELS: Dict[str, TinyModel] = {
     "sdxl-controlnet": TinyModel(tiny_controlnet.build_sdxl, ("StableDiffusionXLControlNetPipeline",),
                                  tiny_controlnet.SDXL_CALL),
     "flux-controlnet": TinyModel(tiny_controlnet.build_flux, ("FluxControlNetPipeline",), tiny_controlnet.FLUX_CALL),
+    # text_encoder_2 wider than text_encoder, as SDXL's single-file layout needs (checkpoints.save_single_file)
+    "sdxl-wide": TinyModel(tiny_sdxl.build_wide, ("StableDiffusionXLPipeline",), tiny_sdxl.CALL),
     # variants of the folders above, for pipelines whose denoiser takes more (or other) inputs;
     # InstructPix2Pix's call takes no size (the input image's)
     "sd-pix2pix": TinyModel(tiny_sd.build_pix2pix, ("StableDiffusionInstructPix2PixPipeline",)),

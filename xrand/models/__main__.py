@@ -1,10 +1,11 @@
 """``python -m xrand.models NAME FOLDER [--seed N] [--variant V | --single-file FILE]``: write one
 tiny random-weight family folder.
 
-NAME is a key of :data:`xrand.models.TINY_MODELS` (sd, sd-inpaint, sdxl, sd3, flux, pixart, wan, ltx).
+NAME is a key of :data:`xrand.models.TINY_MODELS` (sd, sd-inpaint, sdxl, sdxl-wide, sd3, flux, pixart, ...).
 ``--variant fp16`` writes the folder as hub repositories ship it (``save_pretrained(variant=
 "fp16")``, float16 weights); ``--single-file FILE`` writes the folder and its weights as FILE,
-one safetensors file in the original layout (Stable Diffusion 1.x: ``sd``, ``sd-inpaint``).
+one safetensors file in the original layout (Stable Diffusion 1.x: ``sd``, ``sd-inpaint``; SDXL:
+``sdxl-wide``, whose second text encoder is wider than its first, as the layout needs).
 Prints the folder, the pipeline classes that load it and the arguments a tiny run needs.
 Exit status 2 with one line for bad input, as the ``xrand`` command.
 """
@@ -30,7 +31,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     form.add_argument("--variant", metavar="V", help="save the weights as this variant in float16 (e.g. fp16): "
                                                      "*/*.V.safetensors, no plain weight files")
     form.add_argument("--single-file", metavar="FILE", help="also write the weights as FILE, one safetensors file "
-                                                            "in the original layout (sd, sd-inpaint)")
+                                                            "in the original layout (sd, sd-inpaint, sdxl-wide)")
     args = parser.parse_args(argv)
     try:
         folder = _build(args)
@@ -51,7 +52,8 @@ def _build(args: argparse.Namespace):
 
     if args.single_file:
         if args.name not in SINGLE_FILE_MODELS:
-            raise UsageError(f"--single-file writes Stable Diffusion 1.x's layout: {', '.join(SINGLE_FILE_MODELS)}, "
+            raise UsageError(f"--single-file writes the original layout of Stable Diffusion 1.x and SDXL (with text "
+                             f"encoders of two widths): {', '.join(SINGLE_FILE_MODELS)}, "
                              f"not {args.name}")
         check_new_file(args.single_file)
     if args.variant is None:

@@ -66,20 +66,39 @@ def build_pix2pix(folder: PathLike, seed: int = 0) -> Path:
     return save(StableDiffusionXLInstructPix2PixPipeline(**parts), folder)
 
 
-def components(folder: Path, seed: int) -> dict:
+#: text_encoder_2's width in the ``sdxl-wide`` folder: wider than text_encoder's, as OpenCLIP
+#: bigG (1280) is wider than CLIP-L (768) in SDXL; the single-file layout tells the two apart by it.
+WIDE_TEXT_WIDTH = 48
+
+
+def build_wide(folder: PathLike, seed: int = 0) -> Path:
+    """The tiny SDXL folder with a wider second text encoder (hidden and projection
+    ``WIDE_TEXT_WIDTH``; the UNet cross-attends at 32 + 48 and takes a 48-wide pooled embedding):
+    the form that converts to an SDXL single file (xrand.models.checkpoints.save_single_file)."""
+    folder, seed = new_model_folder(folder, seed)
+    from diffusers import StableDiffusionXLPipeline
+
+    return save(StableDiffusionXLPipeline(**components(folder, seed, WIDE_TEXT_WIDTH)), folder)
+
+
+def components(folder: Path, seed: int, text_width_2: int = TEXT_WIDTH) -> dict:
     """The pipeline's arguments: its components drawn from ``seed`` (the tokenizers written in
-    ``folder``), no watermarker."""
+    ``folder``), no watermarker; ``text_width_2``: the second text encoder's width."""
     from diffusers import AutoencoderKL, EulerDiscreteScheduler, UNet2DConditionModel
     from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection, CLIPTokenizer
 
     tokenizer = CLIPTokenizer.from_pretrained(str(write_clip_tokenizer(folder / "tokenizer")))
     tokenizer_2 = CLIPTokenizer.from_pretrained(str(write_clip_tokenizer(folder / "tokenizer_2")))
     config = CLIPTextConfig(**clip_text_config_ids(), **TEXT_ENCODER)
+    config_2 = CLIPTextConfig(**clip_text_config_ids(), **{**TEXT_ENCODER, "hidden_size": text_width_2,
+                                                           "projection_dim": text_width_2})
+    unet_config = {**UNET, "cross_attention_dim": TEXT_WIDTH + text_width_2,
+                   "projection_class_embeddings_input_dim": text_width_2 + 6 * TIME_EMBED}
     with seeded_torch(seed):
-        unet = UNet2DConditionModel(**UNET)
+        unet = UNet2DConditionModel(**unet_config)
         vae = AutoencoderKL(**VAE)
         text_encoder = CLIPTextModel(config)
-        text_encoder_2 = CLIPTextModelWithProjection(config)
+        text_encoder_2 = CLIPTextModelWithProjection(config_2)
     return dict(vae=vae, text_encoder=text_encoder, text_encoder_2=text_encoder_2, tokenizer=tokenizer,
                 tokenizer_2=tokenizer_2, unet=unet, scheduler=EulerDiscreteScheduler(**SCHEDULER),
                 add_watermarker=False)

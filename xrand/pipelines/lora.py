@@ -72,6 +72,33 @@ def check_lora_files(loras: Sequence[Lora]) -> None:
             raise UsageError(f"--lora {path!r}: no such file")
 
 
+#: The first part of a LoRA tensor's name in the diffusers format (``save_lora_weights``): the
+#: component it adapts, as each pipeline's ``load_lora_weights`` reads it (other formats, e.g.
+#: kohya's ``lora_unet_*``, are converted by the loaders and not checked here).
+LORA_COMPONENTS = ("unet", "transformer", "text_encoder", "text_encoder_2", "text_encoder_3")
+
+
+def check_lora_targets(loras: Sequence[Lora], denoiser: str, pipeline: str) -> None:
+    """A LoRA in the diffusers format adapts the pipeline's denoiser (``unet`` or ``transformer``)
+    or its text encoders: a UNet's LoRA given to a transformer's pipeline (or the other way round)
+    would load nothing, and is refused naming the file."""
+    import json
+    import struct
+
+    for path, _ in loras:
+        try:
+            with open(path, "rb") as f:
+                size = struct.unpack("<Q", f.read(8))[0]
+                header = json.loads(f.read(size)) if size < os.path.getsize(path) else {}
+        except (OSError, ValueError, struct.error) as exc:
+            raise UsageError(f"--lora {path!r} is not a readable safetensors file ({type(exc).__name__})") from None
+        parts = {name.split(".", 1)[0] for name in header if name != "__metadata__"}
+        other = sorted(parts & {"unet", "transformer"} - {denoiser})
+        if other and denoiser not in parts and parts <= set(LORA_COMPONENTS):
+            raise UsageError(f"--lora {path!r} adapts a {other[0]} ({other[0]}.* tensors); "
+                             f"{pipeline}'s denoiser is its {denoiser}: give a LoRA of {denoiser}.* tensors")
+
+
 def use_loras(pipe: Any, loras: Sequence[Lora], fuse: bool) -> None:
     """Load each LoRA into ``pipe`` with its library's ``load_lora_weights``, weigh them with
     ``set_adapters`` and, with ``fuse``, merge them into the weights (``fuse_lora``) and drop the
@@ -88,4 +115,4 @@ def use_loras(pipe: Any, loras: Sequence[Lora], fuse: bool) -> None:
         pipe.unload_lora_weights()
 
 
-__all__ = ["adapter_name", "check_lora_files", "check_loras", "parse_lora", "use_loras"]
+__all__ = ["adapter_name", "check_lora_files", "check_lora_targets", "check_loras", "parse_lora", "use_loras"]

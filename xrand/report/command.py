@@ -40,12 +40,17 @@ def command(settings: Mapping[str, Any], tolerance: float, lockstep: bool = Fals
             mindspore_mode: Optional[str] = None, devices: Optional[Mapping[str, Optional[str]]] = None,
             absolute: bool = False) -> str:
     """``xrand compare`` with these settings (a dict of Settings' fields) and options; ``layers``:
-    ``step`` and, where given, ``threshold``, ``dump`` (module names), ``dump_dir``."""
+    ``step`` and, where given, ``threshold``, ``dump`` (module names), ``dump_dir``, ``scope``,
+    ``component``, ``modules`` (False: ``--ops`` alone), ``ops``."""
     args = ["xrand", "compare"] + _settings(settings, absolute) + ["--tolerance", _number(tolerance)]
     if lockstep:
         args.append("--lockstep")
     if layers is not None:
-        args += ["--layers", "--layers-step", str(layers.get("step") or 0)]
+        args += (["--layers"] if layers.get("modules", True) else []) + ["--layers-step", str(layers.get("step") or 0)]
+        if layers.get("component") not in (None, "denoiser"):
+            args += ["--layers-component", layers["component"]]
+        if layers.get("ops") is not None:  # "": --layers' culprit
+            args += ["--ops"] + ([layers["ops"]] if layers["ops"] else [])
         if layers.get("threshold") is not None:
             args += ["--layer-tolerance", _number(layers["threshold"])]
         if layers.get("dump"):
@@ -72,7 +77,8 @@ def plan_command(plan: Any, noise_floor: Optional[bool] = None) -> str:
 
     o = plan.layers
     layers = None if o is None else {"step": o.step, "threshold": o.threshold, "dump": list(o.dump),
-                                     "dump_dir": o.dump_dir, "scope": list(o.scope)}
+                                     "dump_dir": o.dump_dir, "scope": list(o.scope), "component": o.component,
+                                     "modules": o.modules, "ops": o.ops}
     return command(asdict(plan.settings), plan.tolerance, plan.lockstep, layers,
                    plan.noise_floor if noise_floor is None else noise_floor, plan.mindspore_mode, plan.devices,
                    absolute=True)

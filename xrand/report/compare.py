@@ -24,6 +24,8 @@ def report_dict(c: Comparison, reproduce: Optional[str] = None) -> Dict[str, Any
         extra["noise_floor"] = c.noise_floor
     if c.layers is not None:
         extra["layers"] = c.layers.to_dict()
+    if c.ops is not None:  # the operators inside one module call (--ops)
+        extra["ops"] = c.ops.to_dict()
     if c.local_steps:  # lockstep's largest local errors, for the verdict box
         extra["lockstep"] = largest_local_error(c.local_steps)
     if c.weights is not None:  # the loaded weights matched before any step (compare/weights.py)

@@ -120,6 +120,19 @@ def layer_rows(layers: Mapping[str, Any]) -> Dict[str, Any]:
             "worst": max(flagged, key=lambda r: r["ratio"]) if flagged else None}
 
 
+def op_rows(ops: Mapping[str, Any]) -> Dict[str, Any]:
+    """The ops table (``report.json``'s ``ops``): the console's summary line, and each row's two
+    operators with their dtypes and settings."""
+    from ..compare.ops import OpsReport, describe, dtypes
+
+    report = OpsReport.from_dict(ops)
+    rows = [dict(r.to_dict(), index=i + 1, over=r.over, torch_name=describe(r.torch), ms_name=describe(r.mindspore),
+                 torch_dtypes=dtypes(r.torch), ms_dtypes=dtypes(r.mindspore),
+                 shape="x".join(str(n) for n in ((r.torch or r.mindspore or {}).get("shape") or [])))
+            for i, r in enumerate(report.rows)]
+    return {"summary": report.summary(), "rows": rows, "first_over": report.first_over}
+
+
 def frame_chart(frames: Sequence[Mapping[str, Any]], tolerance: float, floor: Optional[float],
                 width: int = 640, height: int = 240) -> Dict[str, Any]:
     """Coordinates of an inline SVG chart of relative L2 per frame (log scale) with the tolerance
@@ -159,6 +172,7 @@ def render_compare(report: Mapping[str, Any], pictures: Pictures) -> str:
         r=report, pictures=_pictures(pictures), command=compare_command(report),
         settings={k: v for k, v in report["settings"].items() if k != "ran"}, summary=_after_word(report["summary"]),
         layers=layer_rows(layers) if layers else None,
+        ops=op_rows(report["ops"]) if report.get("ops") else None,
         frames=frame_chart(frames, report["tolerance"]["value"], floor) if frames else None,
         floor_ratio=(report["final"]["rel_l2"] / floor) if floor else None)
 

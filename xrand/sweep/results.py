@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List
 
-from ..checks import UsageError
+from ..checks import UsageError, differing
 from ..files import json_safe, write_json
 from .config import SWEEP_VERSION, Cell, row_label
 
@@ -31,7 +31,8 @@ class ResultsFolder:
                     written = json.load(f)["settings"]
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 raise UsageError(f"--out {self.out!r}: {MANIFEST} is unreadable ({exc}); use another folder") from None
-            diffs = _differences(written, json.loads(json.dumps(json_safe(identity))))  # as JSON holds it (tuples: lists)
+            now = json.loads(json.dumps(json_safe(identity)))  # as JSON holds it (tuples: lists)
+            diffs = [f"{key}: {x!r} in the folder, {y!r} now" for key, x, y in differing(written, now)]
             if diffs:
                 raise UsageError(f"--out {self.out!r} holds a sweep with other settings ({'; '.join(diffs)}); "
                                  "use another folder or the same settings")
@@ -88,18 +89,6 @@ class ResultsFolder:
             os.write(fd, line)
         finally:
             os.close(fd)
-
-
-def _differences(written: Dict[str, Any], now: Dict[str, Any], prefix: str = "") -> List[str]:
-    diffs = []
-    for key in sorted(set(written) | set(now)):
-        a, b = written.get(key), now.get(key)
-        if isinstance(a, dict) and isinstance(b, dict):
-            diffs += _differences(a, b, prefix + key + ".")
-        elif a != b:
-            diffs.append(f"{prefix}{key}: {a!r} in the folder, {b!r} now")
-    return diffs
-
 
 
 @dataclass

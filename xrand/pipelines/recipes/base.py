@@ -159,6 +159,10 @@ class Recipe:
         return fw.load_pipeline(self.pipeline, folder.path, dtype, device,
                                 {**self.load_arguments, **folder.load_arguments()}, single_file=folder.single_file)
 
+    #: whether ``check_single_file`` takes a single file of the right layout (the pipelines a
+    #: refusal names as those that load from one)
+    loads_single_file = False
+
     def check_single_file(self, folder: Any) -> Optional[str]:
         """Why this pipeline is not loaded from the folder's single file (None: it is). Here: no
         pipeline is, until its recipe checks the file's layout against the configs."""

@@ -23,6 +23,15 @@ class FluxRecipe(ConditionalRecipe):
     inputs = _PROMPTS
     pynative_only = CHUNK_ON_CPU
 
+    def check_single_file(self, folder):
+        # diffusers 0.35.2 and mindone 0.5.0 both have FluxPipeline.from_single_file, but their
+        # convert_flux_transformer_checkpoint_to_diffusers splits each single block's fused linear1
+        # at inner_dim = 3072 (FLUX.1's width, hard-coded): no narrower Flux file converts, so no tiny
+        # one can test the path offline, and xrand does not load what it has not checked
+        return ("both libraries' single-file conversion of a Flux transformer (convert_flux_transformer_checkpoint_"
+                "to_diffusers; Chroma's too) splits single blocks at FLUX.1's width 3072, hard-coded, so no tiny Flux "
+                "file tests the path offline and xrand does not load one; give the model as a diffusers folder")
+
     def size_multiple_of(self, folder):
         # pipeline_flux.py: latents are packed 2x2, so a side is a multiple of vae_scale_factor * 2
         return vae_scale_factor(folder) * 2

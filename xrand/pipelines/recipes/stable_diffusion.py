@@ -27,25 +27,36 @@ class StableDiffusionRecipe(ConditionalRecipe):
     takes_eta = True
     load_arguments = {"safety_checker": None, "feature_extractor": None, "requires_safety_checker": False}
 
+    loads_single_file = True
+
     def check_single_file(self, folder: Any) -> Optional[str]:
         """A single file of every component in the original layout, whose UNet takes the
         config's input channels at its width and cross-attends at its width (an SD 2 or SDXL
         file, or another config, is refused here rather than half-loaded)."""
-        shapes = folder.file_shapes
-        for prefix, part in ((UNET_PREFIX, "UNet"), (VAE_PREFIX, "VAE"), (TEXT_ENCODER_PREFIX, "CLIP text encoder")):
-            if not any(name.startswith(prefix) for name in shapes):
-                return (f"it holds no {prefix}* tensors (a {part} in the original Stable Diffusion 1.x layout, "
-                        "as v1-5-pruned-emaonly.safetensors holds them)")
-        unet = folder.config("unet")
-        conv_in = shapes.get(UNET_PREFIX + "input_blocks.0.0.weight", ())[:2]
-        want = (unet.get("block_out_channels", [None])[0], unet.get("in_channels"))
-        if conv_in != want:
-            return f"its UNet's first convolution is {conv_in} (out, in channels), the config's unet {want}"
-        keys = sorted(n for n in shapes if n.startswith(UNET_PREFIX) and n.endswith("attn2.to_k.weight"))
-        width = unet.get("cross_attention_dim")
-        if keys and shapes[keys[0]][1:] != (width,):
-            return f"its UNet cross-attends at width {shapes[keys[0]][1]}, the config's unet at {width}"
-        return None
+        return check_ldm_file(folder, ((UNET_PREFIX, "UNet"), (VAE_PREFIX, "VAE"),
+                                       (TEXT_ENCODER_PREFIX, "CLIP text encoder")), "Stable Diffusion 1.x",
+                              "v1-5-pruned-emaonly.safetensors")
+
+
+def check_ldm_file(folder: Any, parts: Any, family: str, example: str) -> Optional[str]:
+    """Why a single file in the original layout does not fit the config folder: a part's tensors
+    missing (``parts``: (prefix, what) pairs), a UNet of other input channels or width, or of
+    another cross-attention width than the config's (None: it fits)."""
+    shapes = folder.file_shapes
+    for prefix, part in parts:
+        if not any(name.startswith(prefix) for name in shapes):
+            return (f"it holds no {prefix}* tensors (a {part} in the original {family} layout, "
+                    f"as {example} holds them)")
+    unet = folder.config("unet")
+    conv_in = shapes.get(UNET_PREFIX + "input_blocks.0.0.weight", ())[:2]
+    want = (unet.get("block_out_channels", [None])[0], unet.get("in_channels"))
+    if conv_in != want:
+        return f"its UNet's first convolution is {conv_in} (out, in channels), the config's unet {want}"
+    keys = sorted(n for n in shapes if n.startswith(UNET_PREFIX) and n.endswith("attn2.to_k.weight"))
+    width = unet.get("cross_attention_dim")
+    if keys and shapes[keys[0]][1:] != (width,):
+        return f"its UNet cross-attends at width {shapes[keys[0]][1]}, the config's unet at {width}"
+    return None
 
 
 class StableDiffusionImg2ImgRecipe(StableDiffusionRecipe):
@@ -80,3 +91,4 @@ class StableDiffusionControlNetRecipe(StableDiffusionRecipe):
     required_inputs = ("prompt", "control_image")
     call_names = {**Recipe.call_names, "control_image": "image"}
     check_single_file = Recipe.check_single_file  # a Stable Diffusion file holds no ControlNet
+    loads_single_file = False

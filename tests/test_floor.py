@@ -1,0 +1,58 @@
+"""The float64 floor widens one submodule at a time (xrand.frameworks.torch.widened): on every
+tiny family it gives, bit for bit, the floor of the pipeline cast whole to float64, and its
+weights are their own dtype again afterwards."""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("diffusers")
+
+from xrand.compare import make_plan  # noqa: E402
+from xrand.compare.floor import DrawsIn, noise_floor, pipeline_floor  # noqa: E402
+from xrand.compare.sides import load, run  # noqa: E402
+from xrand.frameworks.torch import cast_whole  # noqa: E402
+from xrand.models import DIGITS, TINY_MODELS  # noqa: E402
+from xrand.pipelines.settings import Settings  # noqa: E402
+
+CONTROLLED = ("sd-controlnet", "sdxl-controlnet", "flux-controlnet")
+FAMILIES = ["digits", *(name for name in TINY_MODELS if name != "sd-inpaint")]
+
+
+@pytest.fixture(scope="module")
+def control_image(tmp_path_factory):
+    from PIL import Image
+
+    path = tmp_path_factory.mktemp("inputs") / "control.png"
+    Image.fromarray((np.random.default_rng(0).random((32, 32, 3)) * 255).astype(np.uint8)).save(path)
+    return str(path)
+
+
+def settings(family, tiny_folder, control_image, dtype="float32"):
+    if family == "digits":
+        return Settings(model=DIGITS, steps=2, batch_size=1, seed=1, dtype=dtype)
+    call = dict(TINY_MODELS[family].call)
+    size = {k: call.pop(k) for k in ("height", "width")}
+    if "num_frames" in call:
+        size["frames"] = call.pop("num_frames")
+    extra = {"control_image": control_image} if family in CONTROLLED else {}
+    return Settings(model=tiny_folder(family), prompt="a red circle", steps=2, batch_size=1, seed=1, dtype=dtype,
+                    call_options=call, **size, **extra)
+
+
+@pytest.mark.parametrize("family, dtype", [(family, "float32") for family in FAMILIES] + [("sd", "float16")])
+def test_the_floor_widened_per_call_is_the_floor_of_the_pipeline_cast_whole(family, dtype, tiny_folder, control_image):
+    plan = make_plan(settings(family, tiny_folder, control_image, dtype))
+    loaded = load(plan, "torch")
+    images = run(loaded, plan).images
+    weights = lambda: {name: (t.dtype, t.data_ptr()) for c in loaded.pipe.components.values()  # noqa: E731
+                       if isinstance(c, torch.nn.Module) for name, t in c.state_dict(keep_vars=True).items()}
+    before = weights()
+    floor = pipeline_floor(loaded, plan, images)
+    assert weights() == before  # each tensor its own dtype and its own data again
+
+    def whole(dtype_name):
+        with cast_whole(loaded.pipe.components.values()):
+            return run(loaded, plan, generator=DrawsIn(plan.settings.seed, plan.settings.stream, dtype)).images
+
+    expected = noise_floor(whole, dtype, "float64", baseline=images)
+    assert floor["rel_l2"] > 0 and (floor["rel_l2"], floor["max_abs"]) == (expected["rel_l2"], expected["max_abs"])
