@@ -60,6 +60,44 @@ TESTS: Dict[str, str] = {
                               "[flux]",
 }
 
+_FAMILY = "tests/test_families.py::test_each_family_agrees_end_to_end_in_lockstep_and_module_by_module[{}]"
+_SD3_IMG2IMG = "tests/test_families.py::test_sd3_img2img_differs_by_mindones_vae_sample_without_the_generator[{}]"
+_CONTROLNET = "tests/test_controlnet.py::test_each_controlnet_variant_agrees_end_to_end_and_in_lockstep[{}]"
+_NEXT = "tests/test_next_families.py::test_each_next_family_agrees_end_to_end_and_in_lockstep[{}]"
+#: The variants of the families above, their recipes derived (xrand/pipelines/recipes/families.py).
+TESTS.update({
+    "StableDiffusion3Img2ImgPipeline": _SD3_IMG2IMG.format("sd3-img2img"),
+    "StableDiffusion3PAGImg2ImgPipeline": _SD3_IMG2IMG.format("sd3-pag-img2img"),
+    **{pipeline: _FAMILY.format(case) for pipeline, case in (
+        ("StableDiffusion3InpaintPipeline", "sd3-inpaint"), ("FluxInpaintPipeline", "flux-inpaint"),
+        ("PixArtAlphaPipeline", "pixart-alpha"), ("LTXImageToVideoPipeline", "ltx-i2v"),
+        ("StableDiffusionPAGPipeline", "sd-pag"), ("StableDiffusionXLPAGPipeline", "sdxl-pag"),
+        ("PixArtSigmaPAGPipeline", "pixart-pag"), ("StableDiffusion3PAGPipeline", "sd3-pag"),
+        ("StableDiffusionPAGImg2ImgPipeline", "sd-pag-img2img"),
+        ("StableDiffusionPAGInpaintPipeline", "sd-pag-inpaint"),
+        ("StableDiffusionXLPAGImg2ImgPipeline", "sdxl-pag-img2img"),
+        ("StableDiffusionXLPAGInpaintPipeline", "sdxl-pag-inpaint"), ("StableDiffusionSAGPipeline", "sd-sag"),
+        ("StableDiffusionPanoramaPipeline", "sd-panorama"), ("FluxFillPipeline", "flux-fill"),
+        ("FluxControlPipeline", "flux-control"), ("FluxControlImg2ImgPipeline", "flux-control-img2img"),
+        ("FluxControlInpaintPipeline", "flux-control-inpaint"), ("FluxKontextInpaintPipeline", "flux-kontext-inpaint"),
+        ("LatentConsistencyModelPipeline", "sd-lcm"), ("LatentConsistencyModelImg2ImgPipeline", "sd-lcm-img2img"),
+        ("StableDiffusionInstructPix2PixPipeline", "sd-pix2pix"),
+        ("StableDiffusionXLInstructPix2PixPipeline", "sdxl-pix2pix"))},
+    **{pipeline: _CONTROLNET.format(case) for pipeline, case in (
+        ("StableDiffusionControlNetImg2ImgPipeline", "sd-img2img"),
+        ("StableDiffusionControlNetInpaintPipeline", "sd-inpaint"),
+        ("StableDiffusionXLControlNetImg2ImgPipeline", "sdxl-img2img"),
+        ("StableDiffusionXLControlNetInpaintPipeline", "sdxl-inpaint"),
+        ("FluxControlNetImg2ImgPipeline", "flux-img2img"), ("FluxControlNetInpaintPipeline", "flux-inpaint"),
+        ("StableDiffusionControlNetPAGPipeline", "sd-pag"),
+        ("StableDiffusionControlNetPAGInpaintPipeline", "sd-pag-inpaint"),
+        ("StableDiffusionXLControlNetPAGPipeline", "sdxl-pag"),
+        ("StableDiffusionXLControlNetPAGImg2ImgPipeline", "sdxl-pag-img2img"))},
+    "SanaPAGPipeline": _NEXT.format("sana-pag"),
+    "CogView4ControlPipeline": "tests/test_next_families.py::test_cogview4_control_draws_its_control_latents_from_the_"
+                               "global_rng_in_both_libraries",
+})
+
 #: Why a pipeline the families issue named is not compared yet, beyond "no recipe yet".
 NOT_YET: Dict[str, str] = {
     "Lumina2Text2ImgPipeline": "diffusers 0.35.2 refuses to build it: the deprecation of this old name of "

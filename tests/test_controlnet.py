@@ -26,6 +26,21 @@ FAMILIES = {
     "sdxl": ("sdxl-controlnet", ("down_block_additional_residuals", "mid_block_additional_residual")),
     "flux": ("flux-controlnet", ("controlnet_block_samples", "controlnet_single_block_samples")),
 }
+#: variant -> (family whose tiny folder it runs, pipeline, its input files beyond the control image);
+#: their recipes derived (recipes/families.py); image to image and inpainting at strength 0.5 of 4 steps
+VARIANTS = {
+    "sd-img2img": ("sd", "StableDiffusionControlNetImg2ImgPipeline", ("image",)),
+    "sd-inpaint": ("sd", "StableDiffusionControlNetInpaintPipeline", ("image", "mask")),
+    "sdxl-img2img": ("sdxl", "StableDiffusionXLControlNetImg2ImgPipeline", ("image",)),
+    "sdxl-inpaint": ("sdxl", "StableDiffusionXLControlNetInpaintPipeline", ("image", "mask")),
+    "flux-img2img": ("flux", "FluxControlNetImg2ImgPipeline", ("image",)),
+    "flux-inpaint": ("flux", "FluxControlNetInpaintPipeline", ("image", "mask")),
+    # perturbed-attention guidance at its default pag_scale 3
+    "sd-pag": ("sd", "StableDiffusionControlNetPAGPipeline", ()),
+    "sd-pag-inpaint": ("sd", "StableDiffusionControlNetPAGInpaintPipeline", ("image", "mask")),
+    "sdxl-pag": ("sdxl", "StableDiffusionXLControlNetPAGPipeline", ()),
+    "sdxl-pag-img2img": ("sdxl", "StableDiffusionXLControlNetPAGImg2ImgPipeline", ("image",)),
+}
 
 
 @pytest.fixture(scope="module")
@@ -45,11 +60,20 @@ def control(tmp_path_factory):
     half[:, :16] = 255
     Image.fromarray(square).save(root / "square.png")
     Image.fromarray(half).save(root / "half.png")
-    return {"square": str(root / "square.png"), "half": str(root / "half.png")}
+    # an input image and a mask (white: repaint) for the image-to-image and inpainting variants
+    Image.fromarray((np.random.default_rng(0).random((32, 32, 3)) * 255).astype(np.uint8)).save(root / "image.png")
+    Image.fromarray(255 - square[..., 0]).save(root / "mask.png")
+    return {"square": str(root / "square.png"), "half": str(root / "half.png"), "image": str(root / "image.png"),
+            "mask": str(root / "mask.png")}
 
 
 def settings(folders, control, family, **override):
-    """The family's tiny run: 2 denoising steps, batch 1, the square as control image."""
+    """The family's (or variant's) tiny run: 2 denoising steps, batch 1, the square as control image."""
+    pipeline, files = None, ()
+    if family in VARIANTS:
+        family, pipeline, files = VARIANTS[family]
+        strength = {"steps": 4, "strength": 0.5} if files else {}
+        override = {**strength, "pipeline": pipeline, **{n: control[n] for n in files}, **override}
     call = dict(TINY_MODELS[FAMILIES[family][0]].call)
     size = {k: call.pop(k) for k in ("height", "width")}
     values = {"steps": 2, **size, "call_options": call, "control_image": control["square"], **override}
@@ -90,6 +114,23 @@ def test_each_controlnet_pipeline_agrees_end_to_end_and_in_lockstep(pairs, folde
     # the control image steers the output: another one is far (the ControlNet is not idle)
     other = run(pairs(family).torch, torch_plan(folders, control, family, control_image=control["half"]))
     assert np.linalg.norm(other.images - c.images["a"]) / np.linalg.norm(c.images["a"]) > 1e-2
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_each_controlnet_variant_agrees_end_to_end_and_in_lockstep(pairs, folders, control, variant):
+    """Image to image and inpainting guided by the ControlNet, on the same tiny folders: the
+    input image's VAE sample and add_noise's noise are xrand draws on both sides too."""
+    plan = make_plan(settings(folders, control, variant), lockstep=True, mindspore_mode="pynative")
+    assert plan.pipeline == VARIANTS[variant][1]
+    c = compare_loaded(pairs(variant), plan)
+    assert c.ran["a"]["pipeline"] == c.ran["b"]["pipeline"] == plan.pipeline  # the library's own pipeline
+    assert set(plan.input_files) == {"control_image", *VARIANTS[variant][2]}
+    assert c.images["a"].shape == (1, 32, 32, 3) and c.initial_noise["rel_l2"] < 1e-5
+    assert c.passed and c.final["rel_l2"] < 1e-4, c.verdict()
+    assert len(c.local_steps) == len(c.timesteps) >= 2
+    assert all(r["sample"]["rel_l2"] < 1e-4 for r in c.local_steps), c.local_steps
+    other = run(pairs(variant).torch, torch_plan(folders, control, variant, control_image=control["half"]))
+    assert np.linalg.norm(other.images - c.images["a"]) / np.linalg.norm(c.images["a"]) > 1e-3
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))

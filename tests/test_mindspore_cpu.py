@@ -290,7 +290,7 @@ def _all_originals():
     return {
         "Tensor.nonzero": vars(ms.Tensor).get("nonzero"), "Tensor.lerp": ms.Tensor.lerp, "mint.lerp": mint.lerp,
         "mint.atan2": mint.atan2, "mint.stack": mint.stack, "mint.linspace": mint.linspace,
-        "mint.zeros_like": mint.zeros_like, "mint.full": mint.full, "mint.log": mint.log,
+        "mint.zeros_like": mint.zeros_like, "mint.full": mint.full, "mint.log": mint.log, "mint.mm": mint.mm,
         "F.layer_norm": MF.layer_norm, "F.gelu": MF.gelu,
         "LayerNorm.construct": vars(normalization.LayerNormExt)["construct"],
     }
@@ -320,7 +320,8 @@ def test_without_the_fallbacks_these_operators_fail_on_the_cpu():
     x = ms.tensor(_rand(3))
     for call in (lambda: x.nonzero(as_tuple=True), lambda: mint.atan2(x, x), lambda: mint.stack([x, x]),
                  lambda: mint.linspace(0, 1, 5), lambda: mint.zeros_like(x), lambda: mint.full((2,), 1.0),
-                 lambda: mint.log(ms.tensor([1, 2])), lambda: MF.layer_norm(x, (3,)), lambda: MF.gelu(x)):
+                 lambda: mint.log(ms.tensor([1, 2])), lambda: MF.layer_norm(x, (3,)), lambda: MF.gelu(x),
+                 lambda: mint.mm(x[:, None], x[None, :])):
         with pytest.raises((RuntimeError, TypeError), match="kernel|Unsupported data type"):
             out = call()
             (out[0] if isinstance(out, tuple) else out).asnumpy()  # PyNative may fail only when read
@@ -380,6 +381,14 @@ def test_atan2_matches_torch(fallbacks, dtypes):
     ref = torch.atan2(torch.from_numpy(a), torch.from_numpy(b))
     assert out.dtype == ms.float32 and ref.dtype == torch.float32
     np.testing.assert_allclose(out.asnumpy(), ref.numpy(), rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("shapes", [((9, 1), (1, 9)), ((3, 4), (4, 5))])  # SAG's blur kernel: an outer product
+def test_mm_matches_torch(fallbacks, shapes):
+    a, b = _rand(*shapes[0], seed=1), _rand(*shapes[1], seed=2)
+    out = mint.mm(ms.tensor(a), ms.tensor(b))
+    np.testing.assert_allclose(out.asnumpy(), torch.mm(torch.from_numpy(a), torch.from_numpy(b)).numpy(), rtol=1e-6,
+                               atol=1e-7)
 
 
 @pytest.mark.parametrize("dim", [0, 1, -1, 2])

@@ -1,8 +1,9 @@
 """The next families, their recipes read from the pipeline classes (recipes/families.py), compared
 end to end through xrand on their tiny folders: Sana (Gemma-2, DC-AE), Lumina 2 (Gemma-2),
-CogView4 (GLM-4) and Chroma. Each runs free and in lockstep from one xrand seed with the same
-draws on both sides; ``--layers`` names a fault inside Sana's transformer; Chroma's genuine
-library difference is asserted."""
+CogView4 (GLM-4) and Chroma, and their variants (Sana PAG, CogView4 Control). Each runs free and
+in lockstep from one xrand seed with the same draws on both sides; ``--layers`` names a fault
+inside Sana's transformer; Chroma's genuine library difference is asserted, and CogView4
+Control's draw from the global random state, in both libraries."""
 import numpy as np
 import pytest
 
@@ -23,8 +24,10 @@ PROMPT = "a red circle on a blue square"
 # family -> (tiny folder, pipeline (None: the folder's), settings beyond the prompt)
 FAMILIES = {
     "sana": ("sana", None, {}),
+    "sana-pag": ("sana", "SanaPAGPipeline", {}),  # perturbed-attention guidance at its default pag_scale 3
     "lumina2": ("lumina2", None, {}),
     "cogview4": ("cogview4", None, {}),
+    "cogview4-control": ("cogview4-control", None, dict(control_image=True)),
     "chroma": ("chroma", None, {}),
     "chroma-img2img": ("chroma", "ChromaImg2ImgPipeline", dict(steps=4, strength=0.5, image=True)),
 }
@@ -45,8 +48,9 @@ def settings(tiny_folder, image, family, **override):
     call = dict(TINY_MODELS[name].call)
     size = {k: call.pop(k) for k in ("height", "width")}
     values = {"steps": 2, **size, **values, "call_options": call, **override}
-    if values.pop("image", None):
-        values["image"] = image
+    for key in ("image", "control_image"):  # the input image's file
+        if values.pop(key, None):
+            values[key] = image
     return Settings(model=tiny_folder(name), pipeline=pipeline, prompt=PROMPT, batch_size=1, seed=1, **values)
 
 
@@ -90,13 +94,26 @@ def _agrees(pairs, tiny_folder, image, family):
     return plan, c
 
 
-@pytest.mark.parametrize("family", [f for f in FAMILIES if not f.startswith("chroma")])
+@pytest.mark.parametrize("family", [f for f in FAMILIES if not f.startswith("chroma") and f != "cogview4-control"])
 def test_each_next_family_agrees_end_to_end_and_in_lockstep(pairs, tiny_folder, image, family):
     plan, c = _agrees(pairs, tiny_folder, image, family)
     assert c.passed and c.final["rel_l2"] < 1e-4, c.verdict()
     assert all(r["sample"]["rel_l2"] < 1e-4 for r in c.local_steps), c.local_steps
     other = run(pairs(family).torch, plan.cell(seed=2))  # the check can fail: another seed is far
     assert np.linalg.norm(other.images - c.images["a"]) / np.linalg.norm(c.images["a"]) > 5e-3
+
+
+def test_cogview4_control_draws_its_control_latents_from_the_global_rng_in_both_libraries(pairs, tiny_folder, image):
+    """CogView4ControlPipeline samples the control image's VAE latents without the generator, in
+    both libraries (diffusers' pipeline_cogview4_control.py: ``latent_dist.sample()``; mindone's:
+    ``diag_gauss_dist.sample(...)``): from torch's and from NumPy's global random state, so the free
+    runs part while every step fed the same inputs agrees, and torch's own run does not repeat
+    from one seed."""
+    plan, c = _agrees(pairs, tiny_folder, image, "cogview4-control")
+    assert not c.passed and c.final["rel_l2"] > 1e-3, c.verdict()
+    assert all(r["sample"]["rel_l2"] < 1e-4 for r in c.local_steps), c.local_steps  # fed the same, it agrees
+    again = [run(pairs("cogview4-control").torch, plan).images for _ in range(2)]
+    assert np.linalg.norm(again[0] - again[1]) / np.linalg.norm(again[0]) > 1e-3
 
 
 @pytest.mark.parametrize("family", ["chroma", "chroma-img2img"])

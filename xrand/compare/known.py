@@ -51,6 +51,12 @@ KNOWN_CAUSES = (
                                               "(embeddings.py get_timestep_embedding; tiny SD3: 3.2x torch's floor, "
                                               "1.3x with torch's embedding)",
                passed=True, dtype="float32", device_target="CPU"),
+    # tests/test_families.py: given the generator, the sides agree
+    KnownCause(("StableDiffusion3Img2ImgPipeline", "StableDiffusion3PAGImg2ImgPipeline"),
+               "mindone's SD3 image-to-image pipelines sample the input image's VAE latents without the generator "
+               "(pipeline_stable_diffusion_3_img2img.py and pag/pipeline_pag_sd_3_img2img.py, prepare_latents: "
+               "retrieve_latents(self.vae, self.vae.encode(image)[0])) where diffusers passes it: the latents the "
+               "steps start from differ, the steps agree", passed=False),
     # tests/test_families.py: scaled as diffusers scales, the video agrees
     KnownCause(("WanPipeline",), "mindone's Wan VAE attention calls FlashAttentionScore with its default scale 1.0 "
                                  "where diffusers scales by 1/sqrt(channels) (autoencoder_kl_wan.py): the latents "

@@ -89,8 +89,9 @@ def half_targets() -> list[tuple[object, str, object]]:
 # The scheduler and Stable Diffusion fallbacks further down were found the same way with the
 # schedulers both libraries share and mindone's StableDiffusionPipeline (CLIP text encoder,
 # UNet2DConditionModel, AutoencoderKL).
-# Also without CPU kernels, but not on these paths (so not replaced): mint.mm (Mm), mint.randn
-# (InplaceNormal), mint.nn.functional.unfold (Im2ColExt).
+# Also without CPU kernels, but not on these paths (so not replaced): mint.randn (InplaceNormal),
+# mint.nn.functional.unfold (Im2ColExt). mint.mm (Mm) is: Stable Diffusion's self-attention
+# guidance builds its blur kernel with it.
 
 
 @fallback_for("mindspore.mint.arange")
@@ -113,6 +114,12 @@ def _baddbmm(input, batch1, batch2, *, beta=1, alpha=1):
     if beta != 1:
         input = input * beta
     return out + input
+
+
+@fallback_for("mindspore.mint.mm")
+def _mm(input, mat2):
+    """mint.mm (kernel Mm): ops.matmul (MatMul) of the two matrices."""
+    return ops.matmul(input, mat2)
 
 
 @fallback_for("mindspore.mint.nn.functional.pad")

@@ -56,6 +56,17 @@ TINY_MODELS: Dict[str, TinyModel] = {
     "flux-controlnet": TinyModel(tiny_controlnet.build_flux, ("FluxControlNetPipeline",), tiny_controlnet.FLUX_CALL),
     # text_encoder_2 wider than text_encoder, as SDXL's single-file layout needs (checkpoints.save_single_file)
     "sdxl-wide": TinyModel(tiny_sdxl.build_wide, ("StableDiffusionXLPipeline",), tiny_sdxl.CALL),
+    # variants of the folders above, for pipelines whose denoiser takes more (or other) inputs;
+    # InstructPix2Pix's call takes no size (the input image's)
+    "sd-pix2pix": TinyModel(tiny_sd.build_pix2pix, ("StableDiffusionInstructPix2PixPipeline",)),
+    "sdxl-pix2pix": TinyModel(tiny_sdxl.build_pix2pix, ("StableDiffusionXLInstructPix2PixPipeline",), tiny_sdxl.CALL),
+    "sd-lcm": TinyModel(tiny_sd.build_lcm, ("LatentConsistencyModelPipeline", "LatentConsistencyModelImg2ImgPipeline"),
+                        tiny_sd.CALL),
+    # Flux's tiny folder with a wider transformer input: the masked image and mask / the control image
+    "flux-fill": TinyModel(tiny_flux.build_fill, ("FluxFillPipeline",), tiny_flux.CALL),
+    "flux-control": TinyModel(tiny_flux.build_control, ("FluxControlPipeline", "FluxControlImg2ImgPipeline",
+                                                        "FluxControlInpaintPipeline"), tiny_flux.CALL),
+    "cogview4-control": TinyModel(tiny_cogview4.build_control, ("CogView4ControlPipeline",), tiny_cogview4.CALL),
 }
 
 

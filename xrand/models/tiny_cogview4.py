@@ -37,16 +37,26 @@ SCHEDULER = dict(base_image_seq_len=256, base_shift=0.25, max_shift=0.75, num_tr
                  shift_terminal=None, time_shift_type="linear", use_dynamic_shifting=True)
 
 
-def build(folder: PathLike, seed: int = 0) -> Path:
-    """Write a random-weight ``CogView4Pipeline`` folder (safetensors) and return its path."""
+def build(folder: PathLike, seed: int = 0, control: bool = False) -> Path:
+    """Write a random-weight ``CogView4Pipeline`` folder (safetensors) and return its path; with
+    ``control``, a ``CogView4ControlPipeline`` one, whose transformer takes the control image's
+    latents beside the sample's (twice the input channels)."""
     folder, seed = new_model_folder(folder, seed)
-    from diffusers import AutoencoderKL, CogView4Pipeline, CogView4Transformer2DModel, FlowMatchEulerDiscreteScheduler
+    from diffusers import (AutoencoderKL, CogView4ControlPipeline, CogView4Pipeline, CogView4Transformer2DModel,
+                           FlowMatchEulerDiscreteScheduler)
     from transformers import AutoTokenizer, GlmConfig, GlmModel
 
     tokenizer = AutoTokenizer.from_pretrained(str(write_lm_tokenizer(folder / "tokenizer", "glm")))
     with seeded_torch(seed):
-        transformer = CogView4Transformer2DModel(**TRANSFORMER)
+        transformer = CogView4Transformer2DModel(**dict(TRANSFORMER, in_channels=TRANSFORMER["in_channels"] * 2)
+                                                 if control else TRANSFORMER)
         vae = AutoencoderKL(**VAE)
         text_encoder = GlmModel(GlmConfig(**lm_config_ids(folder / "tokenizer"), **TEXT_ENCODER))
-    return save(CogView4Pipeline(tokenizer=tokenizer, text_encoder=text_encoder, vae=vae, transformer=transformer,
-                                 scheduler=FlowMatchEulerDiscreteScheduler(**SCHEDULER)), folder)
+    pipeline = CogView4ControlPipeline if control else CogView4Pipeline
+    return save(pipeline(tokenizer=tokenizer, text_encoder=text_encoder, vae=vae, transformer=transformer,
+                         scheduler=FlowMatchEulerDiscreteScheduler(**SCHEDULER)), folder)
+
+
+def build_control(folder: PathLike, seed: int = 0) -> Path:
+    """A ``CogView4ControlPipeline`` folder (:func:`build` with ``control``)."""
+    return build(folder, seed, control=True)

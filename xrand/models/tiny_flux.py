@@ -53,6 +53,37 @@ def build(folder: PathLike, seed: int = 0) -> Path:
     return save(FluxPipeline(**components(folder, seed)), folder)
 
 
+#: FLUX.1-Fill's and FLUX.1-Canny/Depth's transformers take more channels than they give back: the
+#: packed latents (64) and the packed masked image's latents (64) and mask (the VAE's 2 x 2 pixels per
+#: latent, packed 2x2: 16); the packed latents and the packed control image's latents (64).
+FILL_IN_CHANNELS = 4 * LATENT_CHANNELS * 2 + 4 * 2 * 2
+CONTROL_IN_CHANNELS = 4 * LATENT_CHANNELS * 2
+
+
+def build_fill(folder: PathLike, seed: int = 0) -> Path:
+    """A ``FluxFillPipeline`` folder: the tiny Flux folder with a transformer of
+    :data:`FILL_IN_CHANNELS` input channels (FLUX.1-Fill-dev's shape)."""
+    return _build_wider("FluxFillPipeline", FILL_IN_CHANNELS, folder, seed)
+
+
+def build_control(folder: PathLike, seed: int = 0) -> Path:
+    """A ``FluxControlPipeline`` folder (also ``FluxControlImg2ImgPipeline``'s and
+    ``FluxControlInpaintPipeline``'s): a transformer of :data:`CONTROL_IN_CHANNELS` input channels
+    (FLUX.1-Canny-dev's shape), the control image's latents beside the sample's."""
+    return _build_wider("FluxControlPipeline", CONTROL_IN_CHANNELS, folder, seed)
+
+
+def _build_wider(pipeline: str, in_channels: int, folder: PathLike, seed: int) -> Path:
+    folder, seed = new_model_folder(folder, seed)
+    import diffusers
+
+    parts = components(folder, seed)
+    with seeded_torch(seed + 1):
+        parts["transformer"] = diffusers.FluxTransformer2DModel(**dict(
+            TRANSFORMER, in_channels=in_channels, out_channels=4 * LATENT_CHANNELS))
+    return save(getattr(diffusers, pipeline)(**parts), folder)
+
+
 def components(folder: Path, seed: int) -> dict:
     """The pipeline's arguments: its components drawn from ``seed`` (the tokenizers written in ``folder``)."""
     from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxTransformer2DModel

@@ -77,6 +77,31 @@ def build_inpaint(folder: PathLike, seed: int = 0) -> Path:
     return _build(folder, seed, inpaint=True)
 
 
+#: The width of the LCM UNet's guidance-scale embedding (``time_cond_proj_dim``).
+LCM_GUIDANCE_WIDTH = 32
+
+
+def build_pix2pix(folder: PathLike, seed: int = 0) -> Path:
+    """Write a random-weight ``StableDiffusionInstructPix2PixPipeline`` folder: the UNet takes 8
+    channels (noisy latents and the input image's latents), as InstructPix2Pix does."""
+    folder, seed = new_model_folder(folder, seed)
+    from diffusers import StableDiffusionInstructPix2PixPipeline
+
+    return save(StableDiffusionInstructPix2PixPipeline(**components(folder, seed, in_channels=8)), folder)
+
+
+def build_lcm(folder: PathLike, seed: int = 0) -> Path:
+    """Write a random-weight ``LatentConsistencyModelPipeline`` folder: the UNet embeds the
+    guidance scale beside the timestep (``time_cond_proj_dim``, as LCM-distilled UNets do), and the
+    scheduler is an ``LCMScheduler``."""
+    folder, seed = new_model_folder(folder, seed)
+    from diffusers import LatentConsistencyModelPipeline, LCMScheduler
+
+    parts = components(folder, seed, time_cond_proj_dim=LCM_GUIDANCE_WIDTH)
+    parts["scheduler"] = LCMScheduler(**{k: v for k, v in SCHEDULER.items() if k != "skip_prk_steps"})
+    return save(LatentConsistencyModelPipeline(**parts), folder)
+
+
 build = build_tiny_sd
 
 
@@ -88,7 +113,7 @@ def _build(folder: PathLike, seed: int, inpaint: bool) -> Path:
     return save(pipeline(**components(folder, seed, inpaint)), folder)
 
 
-def components(folder: Path, seed: int, inpaint: bool = False) -> dict:
+def components(folder: Path, seed: int, inpaint: bool = False, in_channels: int = 0, **unet: int) -> dict:
     """The pipeline's arguments: its components drawn from ``seed`` (the tokenizer written in
     ``folder``), no safety checker."""
     from diffusers import AutoencoderKL, PNDMScheduler, UNet2DConditionModel
@@ -96,7 +121,7 @@ def components(folder: Path, seed: int, inpaint: bool = False) -> dict:
 
     tokenizer = CLIPTokenizer.from_pretrained(str(write_clip_tokenizer(folder / "tokenizer")))
     with seeded_torch(seed):
-        unet = UNet2DConditionModel(**{**UNET, "in_channels": 9 if inpaint else 4})
+        unet = UNet2DConditionModel(**{**UNET, "in_channels": in_channels or (9 if inpaint else 4), **unet})
         vae = AutoencoderKL(**VAE)
         text_encoder = CLIPTextModel(CLIPTextConfig(**clip_text_config_ids(), **TEXT_ENCODER))
     return dict(vae=vae, text_encoder=text_encoder, tokenizer=tokenizer, unet=unet,

@@ -54,6 +54,18 @@ def build(folder: PathLike, seed: int = 0) -> Path:
     return save(StableDiffusionXLPipeline(**components(folder, seed)), folder)
 
 
+def build_pix2pix(folder: PathLike, seed: int = 0) -> Path:
+    """Write a random-weight ``StableDiffusionXLInstructPix2PixPipeline`` folder: the UNet takes 8
+    channels (noisy latents and the input image's latents)."""
+    folder, seed = new_model_folder(folder, seed)
+    from diffusers import StableDiffusionXLInstructPix2PixPipeline, UNet2DConditionModel
+
+    parts = components(folder, seed)
+    with seeded_torch(seed + 1):
+        parts["unet"] = UNet2DConditionModel(**dict(UNET, in_channels=8))
+    return save(StableDiffusionXLInstructPix2PixPipeline(**parts), folder)
+
+
 #: text_encoder_2's width in the ``sdxl-wide`` folder: wider than text_encoder's, as OpenCLIP
 #: bigG (1280) is wider than CLIP-L (768) in SDXL; the single-file layout tells the two apart by it.
 WIDE_TEXT_WIDTH = 48

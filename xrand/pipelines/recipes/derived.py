@@ -258,11 +258,15 @@ def _class_attribute(cls: type, name: str) -> Any:
 
 
 def _overrides(cls: type, method: Optional[str]) -> bool:
-    return method is not None and _class_attribute(cls, method) is not vars(Recipe)[method]
+    return method is not None and _class_attribute(cls, method) not in (vars(Recipe)[method],
+                                                                         vars(DerivedRecipe).get(method))
 
 
 def derived_recipe(pipeline: str, base: type = DerivedRecipe, **given: Any) -> Recipe:
     """A recipe of ``pipeline`` read from its class, with ``given`` fields (or methods) in place of
     the derived ones; ``base``: a recipe class whose methods it keeps (derived fields come first)."""
     bases = (base,) if issubclass(base, DerivedRecipe) else (DerivedRecipe, base)
-    return type(f"{pipeline}Recipe", bases, {"pipeline": pipeline, **given})()
+    # a method of base that supersedes a derived field (SD3's size rule) comes before DerivedRecipe's
+    kept = {method: vars(c)[method] for method in SUPERSEDED_BY.values() for c in reversed(base.__mro__)
+            if method in vars(c) and c not in (Recipe, DerivedRecipe) and not issubclass(c, DerivedRecipe)}
+    return type(f"{pipeline}Recipe", bases, {"pipeline": pipeline, **kept, **given})()

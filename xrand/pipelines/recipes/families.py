@@ -8,7 +8,11 @@ from .. import schedulers
 from .base import Recipe
 from .derived import derived_recipe
 from .flux import FluxRecipe
-from .stable_diffusion_3 import CHUNK_ON_CPU
+from .ltx import LTXRecipe
+from .pixart import PixArtSigmaRecipe
+from .stable_diffusion import StableDiffusionControlNetRecipe, StableDiffusionRecipe
+from .stable_diffusion_3 import CHUNK_ON_CPU, StableDiffusion3Recipe
+from .stable_diffusion_xl import StableDiffusionXLControlNetRecipe, StableDiffusionXLRecipe
 
 #: Why MindSpore runs the Gemma-2 families PyNative on a CPU (measured with mindone 0.5.0, Sana).
 GEMMA2_GRAPH = ("MindSpore 2.10's graph mode compiles mindone.transformers' Gemma-2 text encoder with PyExecute "
@@ -27,4 +31,58 @@ def derived_recipes() -> Tuple[Recipe, ...]:
         # deprecation it raises expired in 0.34, diffusers/utils/deprecation_utils.py)
         derived_recipe("Lumina2Pipeline", pynative_only=GEMMA2_GRAPH),
         derived_recipe("CogView4Pipeline", pynative_only=CHUNK_ON_CPU),  # measured: its adaLN chunks
+        # variants of the hand-written families: the base recipe keeps its family's size rule, its
+        # timestep keywords, its load arguments and why MindSpore runs it PyNative on a CPU
+        derived_recipe("StableDiffusion3Img2ImgPipeline", StableDiffusion3Recipe),
+        derived_recipe("StableDiffusion3InpaintPipeline", StableDiffusion3Recipe),
+        derived_recipe("FluxInpaintPipeline", FluxRecipe),
+        # SD's and SDXL's ControlNet image-to-image calls do not check the size: SD's multiple of 8
+        derived_recipe("StableDiffusionControlNetImg2ImgPipeline", StableDiffusionControlNetRecipe, size_multiple=8),
+        derived_recipe("StableDiffusionControlNetInpaintPipeline", StableDiffusionControlNetRecipe),
+        derived_recipe("StableDiffusionXLControlNetImg2ImgPipeline", StableDiffusionXLControlNetRecipe,
+                       size_multiple=8),
+        derived_recipe("StableDiffusionXLControlNetInpaintPipeline", StableDiffusionXLControlNetRecipe,
+                       size_multiple=8),
+        derived_recipe("FluxControlNetImg2ImgPipeline", FluxRecipe),
+        derived_recipe("FluxControlNetInpaintPipeline", FluxRecipe),
+        # PixArt-Alpha: PixArt-Sigma's components; its DPM-Solver drives a noise model
+        derived_recipe("PixArtAlphaPipeline", PixArtSigmaRecipe, scheduler_kind=schedulers.NOISE),
+        derived_recipe("LTXImageToVideoPipeline", LTXRecipe),
+        # perturbed-attention guidance (pag_scale, pag_applied_layers: call and load options)
+        derived_recipe("StableDiffusionPAGPipeline", StableDiffusionRecipe),
+        derived_recipe("StableDiffusionXLPAGPipeline", StableDiffusionXLRecipe),
+        derived_recipe("PixArtSigmaPAGPipeline", PixArtSigmaRecipe),
+        derived_recipe("StableDiffusion3PAGPipeline", StableDiffusion3Recipe),
+        derived_recipe("StableDiffusionPAGImg2ImgPipeline", StableDiffusionRecipe),
+        derived_recipe("StableDiffusionPAGInpaintPipeline", StableDiffusionRecipe),
+        derived_recipe("StableDiffusionXLPAGImg2ImgPipeline", StableDiffusionXLRecipe),
+        derived_recipe("StableDiffusionXLPAGInpaintPipeline", StableDiffusionXLRecipe),
+        derived_recipe("StableDiffusion3PAGImg2ImgPipeline", StableDiffusion3Recipe),
+        derived_recipe("StableDiffusionControlNetPAGPipeline", StableDiffusionControlNetRecipe, size_multiple=8),
+        derived_recipe("StableDiffusionControlNetPAGInpaintPipeline", StableDiffusionControlNetRecipe),
+        derived_recipe("StableDiffusionXLControlNetPAGPipeline", StableDiffusionXLControlNetRecipe, size_multiple=8),
+        derived_recipe("StableDiffusionXLControlNetPAGImg2ImgPipeline", StableDiffusionXLControlNetRecipe,
+                       size_multiple=8),
+        derived_recipe("SanaPAGPipeline", pynative_only=GEMMA2_GRAPH),
+        # Stable Diffusion's components with self-attention guidance / a panorama of views
+        derived_recipe("StableDiffusionSAGPipeline", StableDiffusionRecipe),
+        derived_recipe("StableDiffusionPanoramaPipeline", StableDiffusionRecipe),
+        # Flux with a wider transformer input (tiny folders flux-fill, flux-control): their calls
+        # give image, mask and control_image defaults of None, but cannot run without them
+        derived_recipe("FluxFillPipeline", FluxRecipe, required_inputs=("prompt", "image", "mask")),
+        derived_recipe("FluxControlPipeline", FluxRecipe, required_inputs=("prompt", "control_image")),
+        derived_recipe("FluxControlImg2ImgPipeline", FluxRecipe, required_inputs=("prompt", "image", "control_image")),
+        derived_recipe("FluxControlInpaintPipeline", FluxRecipe,
+                       required_inputs=("prompt", "image", "mask", "control_image")),
+        derived_recipe("FluxKontextInpaintPipeline", FluxRecipe),
+        derived_recipe("CogView4ControlPipeline", pynative_only=CHUNK_ON_CPU,
+                       required_inputs=("prompt", "control_image")),
+        # latent consistency: their own call runs only LCMScheduler (it never scales the model input)
+        derived_recipe("LatentConsistencyModelPipeline", StableDiffusionRecipe),
+        derived_recipe("LatentConsistencyModelImg2ImgPipeline", StableDiffusionRecipe),
+        # an 8-channel UNet (tiny folder sd-pix2pix): the input image's latents beside the sample's
+        derived_recipe("StableDiffusionInstructPix2PixPipeline", StableDiffusionRecipe,
+                       required_inputs=("prompt", "image")),
+        derived_recipe("StableDiffusionXLInstructPix2PixPipeline", StableDiffusionXLRecipe, size_multiple=8,
+                       required_inputs=("prompt", "image")),
     )
