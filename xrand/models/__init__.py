@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, Tuple
 
 from ..checks import check_choice
 from . import (tiny_chroma, tiny_cogview4, tiny_controlnet, tiny_flux, tiny_ltx, tiny_lumina2, tiny_pixart, tiny_sana,
-               tiny_sd, tiny_sd3, tiny_sdxl, tiny_wan)
+               tiny_sd, tiny_sd3, tiny_sdxl, tiny_wan, tiny_wan_i2v)
 from .folders import PathLike
 
 #: The digits model shipped inside the package (trained by scripts/train_digits.py): the default model.
@@ -43,6 +43,8 @@ TINY_MODELS: Dict[str, TinyModel] = {
     "flux": TinyModel(tiny_flux.build, ("FluxPipeline",), tiny_flux.CALL),
     "pixart": TinyModel(tiny_pixart.build, ("PixArtSigmaPipeline",), tiny_pixart.CALL),
     "wan": TinyModel(tiny_wan.build, ("WanPipeline",), tiny_wan.CALL),
+    # takes an image too (--image: the first frame)
+    "wan-i2v": TinyModel(tiny_wan_i2v.build, ("WanImageToVideoPipeline",), tiny_wan_i2v.CALL),
     "ltx": TinyModel(tiny_ltx.build, ("LTXPipeline",), tiny_ltx.CALL),
     "sana": TinyModel(tiny_sana.build, ("SanaPipeline",), tiny_sana.CALL),
     "lumina2": TinyModel(tiny_lumina2.build, ("Lumina2Pipeline",), tiny_lumina2.CALL),

@@ -9,6 +9,7 @@ from .base import Recipe
 from .derived import derived_recipe
 from .flux import FluxRecipe
 from .stable_diffusion_3 import CHUNK_ON_CPU
+from .wan import WanRecipe
 
 #: Why MindSpore runs the Gemma-2 families PyNative on a CPU (measured with mindone 0.5.0, Sana).
 GEMMA2_GRAPH = ("MindSpore 2.10's graph mode compiles mindone.transformers' Gemma-2 text encoder with PyExecute "
@@ -27,4 +28,7 @@ def derived_recipes() -> Tuple[Recipe, ...]:
         # deprecation it raises expired in 0.34, diffusers/utils/deprecation_utils.py)
         derived_recipe("Lumina2Pipeline", pynative_only=GEMMA2_GRAPH),
         derived_recipe("CogView4Pipeline", pynative_only=CHUNK_ON_CPU),  # measured: its adaLN chunks
+        # Wan 2.1 image to video: Wan's frame rule and CPU gap; a CLIP vision encoder (optional in
+        # its class: Wan 2.2's image to video has none)
+        derived_recipe("WanImageToVideoPipeline", WanRecipe),
     )
