@@ -1,6 +1,7 @@
 """The next families, their recipes read from the pipeline classes (recipes/families.py), compared
 end to end through xrand on their tiny folders: Sana (Gemma-2, DC-AE), Lumina 2 (Gemma-2),
-CogView4 (GLM-4) and Chroma. Each runs free and in lockstep from one xrand seed with the same
+CogView4 (GLM-4), Chroma, Wan 2.1 image to video and CogVideoX (text and image to video, its
+two samplers: the third scheduler kind). Each runs free and in lockstep from one xrand seed with the same
 draws on both sides; ``--layers`` names a fault inside Sana's transformer; Chroma's genuine
 library difference is asserted."""
 import numpy as np
@@ -28,6 +29,9 @@ FAMILIES = {
     "chroma": ("chroma", None, {}),
     "chroma-img2img": ("chroma", "ChromaImg2ImgPipeline", dict(steps=4, strength=0.5, image=True)),
     "wan-i2v": ("wan-i2v", None, dict(image=True)),
+    "cogvideox": ("cogvideox", None, {}),
+    "cogvideox-dpm": ("cogvideox", None, dict(scheduler="CogVideoXDPMScheduler")),
+    "cogvideox-i2v": ("cogvideox-i2v", None, dict(image=True)),
 }
 
 
@@ -86,9 +90,12 @@ def _agrees(pairs, tiny_folder, image, family):
     plan = make_plan(settings(tiny_folder, image, family), lockstep=True, mindspore_mode="pynative")
     c = compare_loaded(pairs(family), plan)
     assert c.ran["a"]["pipeline"] == c.ran["b"]["pipeline"] == plan.pipeline  # the library's own pipeline
-    frames = () if plan.settings.frames is None else (plan.settings.frames,)
-    assert c.images["a"].shape == (1, *frames, 32, 32, 3) and len(c.local_steps) == len(c.timesteps) >= 2
-    assert c.ran["a"]["noise_draws"] == c.ran["b"]["noise_draws"] == 0  # no step draws noise
+    video = plan.settings.frames is not None  # (batch, frames, ...): CogVideoX's VAE gives 8 of 5 asked
+    assert c.images["a"].shape[:1] + c.images["a"].shape[1 + video:] == (1, 32, 32, 3)
+    assert len(c.local_steps) == len(c.timesteps) >= 2
+    # no step draws noise but CogVideoX's DPM-Solver, whose draws come from the one shared stream
+    draws = 0 if plan.scheduler.cls != "CogVideoXDPMScheduler" else c.ran["a"]["noise_draws"]
+    assert c.ran["a"]["noise_draws"] == c.ran["b"]["noise_draws"] == draws
     # one xrand draw on both sides (image to image: noised onto the image's VAE sample by each library)
     assert c.initial_noise["max_abs"] == 0.0 if not plan.settings.image else c.initial_noise["rel_l2"] < 1e-5
     return plan, c
@@ -144,9 +151,26 @@ def test_wan_image_to_video_parts_at_mindones_unscaled_vae_attention_and_agrees_
     assert c.global_steps[-1]["rel_l2"] < 1e-3
 
 
-@pytest.mark.parametrize("family, fault", [("wan-i2v", "blocks.0.attn2.add_k_proj")])
+def test_cogvideox_dpm_draws_its_step_noise_from_the_shared_stream_and_lockstep_feeds_its_carried_sample(
+        pairs, tiny_folder, image):
+    """CogVideoXDPMScheduler draws its noise in step() (a draw a step here: the last step's
+    second is skipped) from the generator both pipelines give it, and its step() takes the previous
+    step's predicted original sample, which lockstep records on torch's side and feeds on
+    MindSpore's as it feeds the sample."""
+    from xrand.compare.sides import Everything
+
+    plan = make_plan(settings(tiny_folder, image, "cogvideox-dpm"), lockstep=True, mindspore_mode="pynative")
+    recorded = run(pairs("cogvideox-dpm").torch, plan, record_calls=Everything(), record_steps=True)
+    assert recorded.ran["noise_draws"] == 2 * 128  # (1, 2, 4, 4, 4) latents, one draw in each of 2 steps
+    assert "old_pred_original_sample" not in recorded.recording.step(0)  # the first step has none
+    assert recorded.recording.step(1)["old_pred_original_sample"].shape == (1, 2, 4, 4, 4)
+
+
+@pytest.mark.parametrize("family, fault", [("wan-i2v", "blocks.0.attn2.add_k_proj"),
+                                           ("cogvideox-dpm", "transformer_blocks.0.attn1.to_v")])
 def test_layers_name_a_fault_inside_a_video_transformer(pairs, tiny_folder, image, family, fault):
-    """A fault on MindSpore's side in the image branch of Wan's cross-attention is named."""
+    """A fault on MindSpore's side is named: in the image branch of Wan's cross-attention, in
+    CogVideoX's joint attention."""
     pair = pairs(family)
     cell = dict(pair.mindspore.pipe.transformer.cells_and_names())[fault]
     handle = cell.register_forward_hook(lambda cell, args, output: output * (1 + 1e-3))
@@ -161,7 +185,7 @@ def test_layers_name_a_fault_inside_a_video_transformer(pairs, tiny_folder, imag
 
 
 @pytest.mark.parametrize("family, reason", [("sana", "Gemma-2"), ("lumina2", "Gemma-2"), ("cogview4", "Chunk"),
-                                            ("chroma", "Chunk")])
+                                            ("chroma", "Chunk"), ("wan-i2v", "Chunk"), ("cogvideox", "T5 encoder")])
 def test_mindspore_runs_pynative_on_a_cpu_and_says_why(tiny_folder, image, family, reason):
     plan = make_plan(settings(tiny_folder, image, family))
     assert plan.mindspore_mode == "pynative" and reason in plan.mindspore_mode_reason
@@ -180,3 +204,15 @@ def test_layers_name_a_fault_inside_sanas_transformer(pairs, tiny_folder, image)
         handle.remove()
     assert report.culprit == fault, report.summary()
     assert not report.unmatched["torch"] and not report.unmatched["mindspore"]
+
+
+def test_cogvideox_takes_its_own_samplers_and_they_drive_no_other_kind(tiny_folder, image):
+    import xrand
+
+    with pytest.raises(xrand.UsageError, match="scheduler DDIMScheduler cannot drive CogVideoXPipeline, CogVideoX's "
+                                               r"v-prediction model \(its SNR-shifted samplers\): it drives a noise-"
+                                               "prediction .*; accepted: CogVideoXDDIMScheduler, CogVideoXDPMScheduler$"):
+        make_plan(settings(tiny_folder, image, "cogvideox", scheduler="ddim"))
+    with pytest.raises(xrand.UsageError, match="scheduler CogVideoXDPMScheduler cannot drive SanaPipeline, a flow-"
+                                               "matching .*: it drives CogVideoX's v-prediction model"):
+        make_plan(settings(tiny_folder, image, "sana", scheduler="CogVideoXDPM"))

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Tuple
 
 from ..checks import check_choice
-from . import (tiny_chroma, tiny_cogview4, tiny_controlnet, tiny_flux, tiny_ltx, tiny_lumina2, tiny_pixart, tiny_sana,
+from . import (tiny_chroma, tiny_cogvideox, tiny_cogview4, tiny_controlnet, tiny_flux, tiny_ltx, tiny_lumina2, tiny_pixart, tiny_sana,
                tiny_sd, tiny_sd3, tiny_sdxl, tiny_wan, tiny_wan_i2v)
 from .folders import PathLike
 
@@ -45,6 +45,9 @@ TINY_MODELS: Dict[str, TinyModel] = {
     "wan": TinyModel(tiny_wan.build, ("WanPipeline",), tiny_wan.CALL),
     # takes an image too (--image: the first frame)
     "wan-i2v": TinyModel(tiny_wan_i2v.build, ("WanImageToVideoPipeline",), tiny_wan_i2v.CALL),
+    "cogvideox": TinyModel(tiny_cogvideox.build, ("CogVideoXPipeline",), tiny_cogvideox.CALL),
+    # takes an image too (--image: the first frame)
+    "cogvideox-i2v": TinyModel(tiny_cogvideox.build_i2v, ("CogVideoXImageToVideoPipeline",), tiny_cogvideox.CALL),
     "ltx": TinyModel(tiny_ltx.build, ("LTXPipeline",), tiny_ltx.CALL),
     "sana": TinyModel(tiny_sana.build, ("SanaPipeline",), tiny_sana.CALL),
     "lumina2": TinyModel(tiny_lumina2.build, ("Lumina2Pipeline",), tiny_lumina2.CALL),

@@ -10,6 +10,7 @@ installed; both ship it under one name) once, when a recipe first needs it:
 - the denoiser: the first of ``transformer``, ``unet``, ``prior``, ``decoder``; its classes from
   the parameter's annotation;
 - the scheduler kind from the scheduler class ``__init__`` declares (a flow-matching class: flow;
+  CogVideoX's samplers: cogvideox;
   ``KarrasDiffusionSchedulers`` or a noise scheduler: noise; a solver that drives both: undecided);
 - inputs: the ``__call__`` keywords that are :data:`..inputs.INPUTS`, a ControlNet pipeline's
   ``image`` as its ``control_image`` where its call has no ``control_image`` (Stable Diffusion's
@@ -98,12 +99,14 @@ def _scheduler_kind(declared: Tuple[str, ...]) -> Tuple[Optional[str], str]:
     for name in declared:
         if name in schedulers.FLOW_SCHEDULERS:
             kinds.add(schedulers.FLOW)
+        elif name in schedulers.COGVIDEOX_SCHEDULERS:
+            kinds.add(schedulers.COGVIDEOX)
         elif name in schedulers.FLOW_CAPABLE:
             return None, f"it declares {name}, which drives a noise or a flow model (the folder's config says which)"
         elif name == "KarrasDiffusionSchedulers" or name in schedulers.NOISE_SCHEDULERS:
             kinds.add(schedulers.NOISE)
         else:
-            return None, f"it declares {name}, which is neither scheduler kind"
+            return None, f"it declares {name}, which is of none of xrand's scheduler kinds"
     if len(kinds) != 1:
         return None, f"it declares {' or '.join(declared) or 'no scheduler class'}"
     return kinds.pop(), ""

@@ -14,6 +14,10 @@ from .wan import WanRecipe
 #: Why MindSpore runs the Gemma-2 families PyNative on a CPU (measured with mindone 0.5.0, Sana).
 GEMMA2_GRAPH = ("MindSpore 2.10's graph mode compiles mindone.transformers' Gemma-2 text encoder with PyExecute "
                 "nodes (Python inside the graph), which it cannot export to the compile cache (MindIR)")
+#: Why MindSpore runs CogVideoX PyNative on a CPU (measured with mindone 0.5.0, its first graph).
+COGVIDEOX_T5_GRAPH = ("MindSpore 2.10's graph mode compiles mindone.transformers' T5 encoder, as CogVideoX's "
+                      "encode_prompt calls it, with PyExecute nodes (Python inside the graph), which it cannot export "
+                      "to the compile cache (MindIR)")
 
 
 def derived_recipes() -> Tuple[Recipe, ...]:
@@ -31,4 +35,7 @@ def derived_recipes() -> Tuple[Recipe, ...]:
         # Wan 2.1 image to video: Wan's frame rule and CPU gap; a CLIP vision encoder (optional in
         # its class: Wan 2.2's image to video has none)
         derived_recipe("WanImageToVideoPipeline", WanRecipe),
+        # CogVideoX: its own samplers (the third scheduler kind, read from its class)
+        derived_recipe("CogVideoXPipeline", pynative_only=COGVIDEOX_T5_GRAPH),
+        derived_recipe("CogVideoXImageToVideoPipeline", pynative_only=COGVIDEOX_T5_GRAPH),
     )
