@@ -1,9 +1,11 @@
 """The next families, their recipes read from the pipeline classes (recipes/families.py), compared
 end to end through xrand on their tiny folders: Sana (Gemma-2, DC-AE), Lumina 2 (Gemma-2),
-CogView4 (GLM-4), Chroma, Wan 2.1 image to video and CogVideoX (text and image to video, its
-two samplers: the third scheduler kind). Each runs free and in lockstep from one xrand seed with the same
+CogView4 (GLM-4), Chroma, Wan 2.1 image and video to video and CogVideoX (text, image and video
+to video, its two samplers: the third scheduler kind). Each runs free and in lockstep from one xrand seed with the same
 draws on both sides; ``--layers`` names a fault inside Sana's transformer; Chroma's genuine
 library difference is asserted."""
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -29,9 +31,11 @@ FAMILIES = {
     "chroma": ("chroma", None, {}),
     "chroma-img2img": ("chroma", "ChromaImg2ImgPipeline", dict(steps=4, strength=0.5, image=True)),
     "wan-i2v": ("wan-i2v", None, dict(image=True)),
+    "wan-v2v": ("wan", "WanVideoToVideoPipeline", dict(steps=4, strength=0.5, video=True)),
     "cogvideox": ("cogvideox", None, {}),
     "cogvideox-dpm": ("cogvideox", None, dict(scheduler="CogVideoXDPMScheduler")),
     "cogvideox-i2v": ("cogvideox-i2v", None, dict(image=True)),
+    "cogvideox-v2v": ("cogvideox", "CogVideoXVideoToVideoPipeline", dict(steps=4, strength=0.5, video=True)),
 }
 
 
@@ -41,6 +45,9 @@ def image(tmp_path_factory):
 
     path = tmp_path_factory.mktemp("inputs") / "image.png"
     Image.fromarray((np.random.default_rng(0).random((32, 32, 3)) * 255).astype(np.uint8)).save(path)
+    # beside it, a video of 5 frames (an animated PNG): the video-to-video pipelines' --video
+    frames = [Image.fromarray((f * 255).astype(np.uint8)) for f in np.random.default_rng(1).random((5, 32, 32, 3))]
+    frames[0].save(path.with_name("video.png"), save_all=True, append_images=frames[1:])
     return str(path)
 
 
@@ -49,11 +56,15 @@ def settings(tiny_folder, image, family, **override):
     name, pipeline, values = FAMILIES[family]
     call = dict(TINY_MODELS[name].call)
     size = {k: call.pop(k) for k in ("height", "width")}
-    if "num_frames" in call:  # a video's frames are an input (--frames)
-        size["frames"] = call.pop("num_frames")
+    if "num_frames" in call:  # a video's frames are an input (--frames), or those of the input video
+        frames = call.pop("num_frames")
+        if not values.get("video"):
+            size["frames"] = frames
     values = {"steps": 2, **size, **values, "call_options": call, **override}
     if values.pop("image", None):
         values["image"] = image
+    if values.pop("video", None):
+        values["video"] = str(Path(image).with_name("video.png"))
     return Settings(model=tiny_folder(name), pipeline=pipeline, prompt=PROMPT, batch_size=1, seed=1, **values)
 
 
@@ -90,14 +101,15 @@ def _agrees(pairs, tiny_folder, image, family):
     plan = make_plan(settings(tiny_folder, image, family), lockstep=True, mindspore_mode="pynative")
     c = compare_loaded(pairs(family), plan)
     assert c.ran["a"]["pipeline"] == c.ran["b"]["pipeline"] == plan.pipeline  # the library's own pipeline
-    video = plan.settings.frames is not None  # (batch, frames, ...): CogVideoX's VAE gives 8 of 5 asked
+    video = c.images["a"].ndim == 5  # (batch, frames, ...): CogVideoX's VAE gives 8 of 5 asked
     assert c.images["a"].shape[:1] + c.images["a"].shape[1 + video:] == (1, 32, 32, 3)
     assert len(c.local_steps) == len(c.timesteps) >= 2
     # no step draws noise but CogVideoX's DPM-Solver, whose draws come from the one shared stream
     draws = 0 if plan.scheduler.cls != "CogVideoXDPMScheduler" else c.ran["a"]["noise_draws"]
     assert c.ran["a"]["noise_draws"] == c.ran["b"]["noise_draws"] == draws
     # one xrand draw on both sides (image to image: noised onto the image's VAE sample by each library)
-    assert c.initial_noise["max_abs"] == 0.0 if not plan.settings.image else c.initial_noise["rel_l2"] < 1e-5
+    noised = plan.settings.image or plan.settings.video
+    assert c.initial_noise["max_abs"] == 0.0 if not noised else c.initial_noise["rel_l2"] < 1e-5
     return plan, c
 
 
@@ -131,22 +143,24 @@ def test_chroma_differs_by_mindones_float_mask_attention_and_agrees_with_its_mat
     assert all(r["sample"]["rel_l2"] < 1e-4 for r in c.local_steps), c.local_steps
 
 
-def test_wan_image_to_video_parts_at_mindones_unscaled_vae_attention_and_agrees_scaled(pairs, tiny_folder, image,
-                                                                                       monkeypatch):
-    """Wan 2.1 image to video (a CLIP vision encoder, the image's VAE latents beside the noise):
-    the denoiser agrees step by step, but mindone 0.5.0's Wan VAE attention is unscaled
-    (mindone/diffusers/models/autoencoders/autoencoder_kl_wan.py, AttentionBlock: FlashAttentionScore
-    at its default scale 1.0), on the way in (the image's latents) and out (the decode); scaled as
-    diffusers scales, the sides agree."""
+@pytest.mark.parametrize("family", ["wan-i2v", "wan-v2v"])
+def test_wan_image_and_video_to_video_part_at_mindones_unscaled_vae_attention_and_agree_scaled(
+        pairs, tiny_folder, image, family, monkeypatch):
+    """Wan 2.1 image to video (a CLIP vision encoder, the image's VAE latents beside the noise) and
+    video to video (the video's VAE latents noised): the denoiser agrees step by step, but mindone
+    0.5.0's Wan VAE attention is unscaled (mindone/diffusers/models/autoencoders/autoencoder_kl_wan.py,
+    AttentionBlock: FlashAttentionScore at its default scale 1.0), on the way in (the input's
+    latents) and out (the decode); scaled as diffusers scales, the sides agree."""
     from test_tiny_families import scale_wan_vae_attention_as_diffusers
 
-    plan, c = _agrees(pairs, tiny_folder, image, "wan-i2v")
+    plan = make_plan(settings(tiny_folder, image, family), lockstep=True, mindspore_mode="pynative")
+    c = compare_loaded(pairs(family), plan)
     assert not c.passed and c.final["rel_l2"] > 1e-3, c.verdict()
     assert "known cause: mindone's Wan VAE attention calls FlashAttentionScore" in c.summary_lines()[1]
     # the self-attention's rotary embedding keeps Wan's local error near 3e-4 (tests/test_families.py: 1e-3)
     assert all(r["sample"]["rel_l2"] < 1e-3 and r["model_output"]["rel_l2"] < 1e-3 for r in c.local_steps)
     scale_wan_vae_attention_as_diffusers(monkeypatch)
-    _, c = _agrees(pairs, tiny_folder, image, "wan-i2v")
+    _, c = _agrees(pairs, tiny_folder, image, family)
     assert c.passed and c.final["rel_l2"] < 1e-4, c.verdict()
     assert c.global_steps[-1]["rel_l2"] < 1e-3
 

@@ -56,10 +56,10 @@ KNOWN_CAUSES = (
                                  "where diffusers scales by 1/sqrt(channels) (autoencoder_kl_wan.py): the latents "
                                  "agree, the decoded video does not", passed=False),
     # tests/test_next_families.py: scaled as diffusers scales, the video agrees
-    KnownCause(("WanImageToVideoPipeline",), "mindone's Wan VAE attention calls FlashAttentionScore with its default "
-                                             "scale 1.0 where diffusers scales by 1/sqrt(channels) "
-                                             "(autoencoder_kl_wan.py): the image's latents the denoiser is given and "
-                                             "the decoded video differ", passed=False),
+    KnownCause(("WanImageToVideoPipeline", "WanVideoToVideoPipeline"),
+               "mindone's Wan VAE attention calls FlashAttentionScore with its default scale 1.0 where diffusers "
+               "scales by 1/sqrt(channels) (autoencoder_kl_wan.py): the latents of the input image or video and the "
+               "decoded video differ", passed=False),
 )
 
 

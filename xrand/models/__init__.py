@@ -42,10 +42,12 @@ TINY_MODELS: Dict[str, TinyModel] = {
     "sd3": TinyModel(tiny_sd3.build, ("StableDiffusion3Pipeline",), tiny_sd3.CALL),
     "flux": TinyModel(tiny_flux.build, ("FluxPipeline",), tiny_flux.CALL),
     "pixart": TinyModel(tiny_pixart.build, ("PixArtSigmaPipeline",), tiny_pixart.CALL),
-    "wan": TinyModel(tiny_wan.build, ("WanPipeline",), tiny_wan.CALL),
+    "wan": TinyModel(tiny_wan.build, ("WanPipeline", "WanVideoToVideoPipeline"), tiny_wan.CALL),
     # takes an image too (--image: the first frame)
     "wan-i2v": TinyModel(tiny_wan_i2v.build, ("WanImageToVideoPipeline",), tiny_wan_i2v.CALL),
-    "cogvideox": TinyModel(tiny_cogvideox.build, ("CogVideoXPipeline",), tiny_cogvideox.CALL),
+    # video to video takes a video too (--video: an animated GIF, PNG or WebP)
+    "cogvideox": TinyModel(tiny_cogvideox.build, ("CogVideoXPipeline", "CogVideoXVideoToVideoPipeline"),
+                           tiny_cogvideox.CALL),
     # takes an image too (--image: the first frame)
     "cogvideox-i2v": TinyModel(tiny_cogvideox.build_i2v, ("CogVideoXImageToVideoPipeline",), tiny_cogvideox.CALL),
     "ltx": TinyModel(tiny_ltx.build, ("LTXPipeline",), tiny_ltx.CALL),

@@ -16,7 +16,7 @@ installed; both ship it under one name) once, when a recipe first needs it:
   ``image`` as its ``control_image`` where its call has no ``control_image`` (Stable Diffusion's
   and SDXL's; ``call_names`` then gives the input the call's name); required: the prompt,
   ``image`` for image-to-image, inpainting and editing classes (by their names: their calls give
-  ``image`` a default of None), ``mask`` for inpainting, a ControlNet pipeline's control image;
+  ``image`` a default of None), ``video`` for video-to-video ones, ``mask`` for inpainting, a ControlNet pipeline's control image;
 - the size multiple from ``check_inputs`` (``height % 16 != 0``, or ``% (self.vae_scale_factor * 2)``
   read from the folder's VAE; another expression is undecided);
 - the batch keyword, whether the call takes ``eta``, and which schedulers its own call runs as
@@ -48,6 +48,7 @@ DENOISERS = ("transformer", "unet", "prior", "decoder")
 #: Class-name words of pipelines whose call cannot run without an input image / a mask.
 IMAGE_WORDS = ("Img2Img", "Inpaint", "ImageToVideo", "Edit", "VideoToVideo")
 MASK_WORDS = ("Inpaint",)
+VIDEO_WORDS = ("VideoToVideo",)
 #: Fields :func:`derive` decides (or lists as undecided), and the method that supersedes a field
 #: when a recipe overrides it.
 FIELDS = ("components", "optional_components", "denoiser", "denoiser_classes", "scheduler_kind", "inputs",
@@ -168,6 +169,8 @@ def derive(pipeline: str) -> Derivation:
         required.append("prompt")
     if "image" in inputs and any(word in pipeline for word in IMAGE_WORDS):
         required.append("image")
+    if "video" in inputs and any(word in pipeline for word in VIDEO_WORDS):
+        required.append("video")
     if "mask" in inputs and any(word in pipeline for word in MASK_WORDS):
         required.append("mask")
     if controlnet and "control_image" in inputs:

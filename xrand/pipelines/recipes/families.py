@@ -35,7 +35,9 @@ def derived_recipes() -> Tuple[Recipe, ...]:
         # Wan 2.1 image to video: Wan's frame rule and CPU gap; a CLIP vision encoder (optional in
         # its class: Wan 2.2's image to video has none)
         derived_recipe("WanImageToVideoPipeline", WanRecipe),
+        derived_recipe("WanVideoToVideoPipeline", WanRecipe),  # the Wan folder's components, a --video
         # CogVideoX: its own samplers (the third scheduler kind, read from its class)
         derived_recipe("CogVideoXPipeline", pynative_only=COGVIDEOX_T5_GRAPH),
         derived_recipe("CogVideoXImageToVideoPipeline", pynative_only=COGVIDEOX_T5_GRAPH),
+        derived_recipe("CogVideoXVideoToVideoPipeline", pynative_only=COGVIDEOX_T5_GRAPH),
     )
