@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Tuple
 
 from ..checks import check_choice
-from . import (tiny_chroma, tiny_cogvideox, tiny_cogview4, tiny_controlnet, tiny_flux, tiny_ltx, tiny_lumina2, tiny_pixart, tiny_sana,
+from . import (tiny_animatediff, tiny_chroma, tiny_cogvideox, tiny_cogview4, tiny_controlnet, tiny_flux, tiny_ltx, tiny_lumina2, tiny_pixart, tiny_sana,
                tiny_sd, tiny_sd3, tiny_sdxl, tiny_wan, tiny_wan_i2v)
 from .folders import PathLike
 
@@ -50,6 +50,7 @@ TINY_MODELS: Dict[str, TinyModel] = {
                            tiny_cogvideox.CALL),
     # takes an image too (--image: the first frame)
     "cogvideox-i2v": TinyModel(tiny_cogvideox.build_i2v, ("CogVideoXImageToVideoPipeline",), tiny_cogvideox.CALL),
+    "animatediff": TinyModel(tiny_animatediff.build, ("AnimateDiffPipeline",), tiny_animatediff.CALL),
     "ltx": TinyModel(tiny_ltx.build, ("LTXPipeline",), tiny_ltx.CALL),
     "sana": TinyModel(tiny_sana.build, ("SanaPipeline",), tiny_sana.CALL),
     "lumina2": TinyModel(tiny_lumina2.build, ("Lumina2Pipeline",), tiny_lumina2.CALL),

@@ -8,6 +8,7 @@ from .. import schedulers
 from .base import Recipe
 from .derived import derived_recipe
 from .flux import FluxRecipe
+from .pixart import REPEAT_INTERLEAVE_ON_CPU
 from .stable_diffusion_3 import CHUNK_ON_CPU
 from .wan import WanRecipe
 
@@ -40,4 +41,7 @@ def derived_recipes() -> Tuple[Recipe, ...]:
         derived_recipe("CogVideoXPipeline", pynative_only=COGVIDEOX_T5_GRAPH),
         derived_recipe("CogVideoXImageToVideoPipeline", pynative_only=COGVIDEOX_T5_GRAPH),
         derived_recipe("CogVideoXVideoToVideoPipeline", pynative_only=COGVIDEOX_T5_GRAPH),
+        # AnimateDiff: a motion adapter merged into the UNet; its DPM-Solver would drive either kind
+        derived_recipe("AnimateDiffPipeline", scheduler_kind=schedulers.NOISE,
+                       pynative_only=REPEAT_INTERLEAVE_ON_CPU),  # measured: its motion modules
     )
