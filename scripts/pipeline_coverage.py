@@ -59,6 +59,8 @@ TESTS: Dict[str, str] = {
     "CogVideoXPipeline": "tests/test_next_families.py::test_each_next_family_agrees_end_to_end_and_in_lockstep[cogvideox]",
     "CogVideoXImageToVideoPipeline": "tests/test_next_families.py::test_each_next_family_agrees_end_to_end_and_in_lockstep"
                                      "[cogvideox-i2v]",
+    "QwenImagePipeline": "tests/test_next_families.py::test_each_next_family_agrees_end_to_end_and_in_lockstep"
+                         "[qwenimage]",
     "AnimateDiffPipeline": "tests/test_next_families.py::test_animatediff_agrees_but_mindone_leaves_the_motion_"
                            "modules_saved_position_table_unloaded",
     "CogVideoXVideoToVideoPipeline": "tests/test_next_families.py::test_each_next_family_agrees_end_to_end_and_in_lockstep"
@@ -75,8 +77,6 @@ TESTS: Dict[str, str] = {
 NOT_YET: Dict[str, str] = {
     "Lumina2Text2ImgPipeline": "diffusers 0.35.2 refuses to build it: the deprecation of this old name of "
                                "Lumina2Pipeline expired in 0.34 and now raises (diffusers/utils/deprecation_utils.py)",
-    "QwenImagePipeline": "not reached: its tiny folder needs a Qwen2.5-VL text encoder and its tokenizer built "
-                         "offline, and MindSpore's CPU gaps for them are unmeasured",
 }
 
 #: Keywords of a pipeline's call that every recipe handles alike (xrand sets them, or they carry

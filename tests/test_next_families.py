@@ -1,7 +1,8 @@
 """The next families, their recipes read from the pipeline classes (recipes/families.py), compared
 end to end through xrand on their tiny folders: Sana (Gemma-2, DC-AE), Lumina 2 (Gemma-2),
 CogView4 (GLM-4), Chroma, Wan 2.1 image and video to video and CogVideoX (text, image and video
-to video, its two samplers: the third scheduler kind) and AnimateDiff. Each runs free and in lockstep from one xrand seed with the same
+to video, its two samplers: the third scheduler kind), AnimateDiff and Qwen-Image (a Qwen2.5-VL
+text encoder). Each runs free and in lockstep from one xrand seed with the same
 draws on both sides; ``--layers`` names a fault inside Sana's transformer; Chroma's genuine
 library difference is asserted."""
 from pathlib import Path
@@ -37,6 +38,7 @@ FAMILIES = {
     "cogvideox-i2v": ("cogvideox-i2v", None, dict(image=True)),
     "cogvideox-v2v": ("cogvideox", "CogVideoXVideoToVideoPipeline", dict(steps=4, strength=0.5, video=True)),
     "animatediff": ("animatediff", None, {}),
+    "qwenimage": ("qwenimage", None, {}),
 }
 
 
@@ -197,10 +199,12 @@ def test_cogvideox_dpm_draws_its_step_noise_from_the_shared_stream_and_lockstep_
 
 @pytest.mark.parametrize("family, fault", [("wan-i2v", "blocks.0.attn2.add_k_proj"),
                                            ("cogvideox-dpm", "transformer_blocks.0.attn1.to_v"),
-                                           ("animatediff", "mid_block.motion_modules.0.proj_out")])
-def test_layers_name_a_fault_inside_a_video_denoiser(pairs, tiny_folder, image, family, fault):
+                                           ("animatediff", "mid_block.motion_modules.0.proj_out"),
+                                           ("qwenimage", "transformer_blocks.0.img_mlp.net.2")])
+def test_layers_name_a_fault_inside_a_new_denoiser(pairs, tiny_folder, image, family, fault):
     """A fault on MindSpore's side is named: in the image branch of Wan's cross-attention, in
-    CogVideoX's joint attention, in a motion module of AnimateDiff's UNet."""
+    CogVideoX's joint attention, in a motion module of AnimateDiff's UNet, in the image stream's
+    feed-forward of Qwen-Image's dual-stream block."""
     pair = pairs(family)
     denoiser = getattr(pair.mindspore.pipe, "transformer", None) or pair.mindspore.pipe.unet
     cell = dict(denoiser.cells_and_names())[fault]
@@ -217,7 +221,7 @@ def test_layers_name_a_fault_inside_a_video_denoiser(pairs, tiny_folder, image, 
 
 @pytest.mark.parametrize("family, reason", [("sana", "Gemma-2"), ("lumina2", "Gemma-2"), ("cogview4", "Chunk"),
                                             ("chroma", "Chunk"), ("wan-i2v", "Chunk"), ("cogvideox", "T5 encoder"),
-                                            ("animatediff", "RepeatInterleaveInt")])
+                                            ("animatediff", "RepeatInterleaveInt"), ("qwenimage", "Qwen2.5-VL")])
 def test_mindspore_runs_pynative_on_a_cpu_and_says_why(tiny_folder, image, family, reason):
     plan = make_plan(settings(tiny_folder, image, family))
     assert plan.mindspore_mode == "pynative" and reason in plan.mindspore_mode_reason
@@ -248,3 +252,14 @@ def test_cogvideox_takes_its_own_samplers_and_they_drive_no_other_kind(tiny_fold
     with pytest.raises(xrand.UsageError, match="scheduler CogVideoXDPMScheduler cannot drive SanaPipeline, a flow-"
                                                "matching .*: it drives CogVideoX's v-prediction model"):
         make_plan(settings(tiny_folder, image, "sana", scheduler="CogVideoXDPM"))
+
+
+def test_complex_module_outputs_are_measured_as_real_and_imaginary_parts():
+    """Qwen-Image's rotary embedding returns complex tables: --layers measures their real and
+    imaginary parts as pairs of reals, the imaginary part kept."""
+    from xrand.compare.metrics import Errors, flat
+
+    a = np.array([1 + 1j, 2 - 1j], np.complex64)
+    b = np.array([1 + 1j, 2 + 1j], np.complex64)
+    assert Errors()([a], [b], max_abs=True) == pytest.approx({"rel_l2": 2 / np.sqrt(7), "max_abs": 2.0})
+    assert flat([a]).tolist() == [1, 1, 2, -1]

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Tuple
 
 from ..checks import check_choice
-from . import (tiny_animatediff, tiny_chroma, tiny_cogvideox, tiny_cogview4, tiny_controlnet, tiny_flux, tiny_ltx, tiny_lumina2, tiny_pixart, tiny_sana,
-               tiny_sd, tiny_sd3, tiny_sdxl, tiny_wan, tiny_wan_i2v)
+from . import (tiny_animatediff, tiny_chroma, tiny_cogvideox, tiny_cogview4, tiny_controlnet, tiny_flux, tiny_ltx,
+               tiny_lumina2, tiny_pixart, tiny_qwenimage, tiny_sana, tiny_sd, tiny_sd3, tiny_sdxl, tiny_wan, tiny_wan_i2v)
 from .folders import PathLike
 
 #: The digits model shipped inside the package (trained by scripts/train_digits.py): the default model.
@@ -50,6 +50,7 @@ TINY_MODELS: Dict[str, TinyModel] = {
                            tiny_cogvideox.CALL),
     # takes an image too (--image: the first frame)
     "cogvideox-i2v": TinyModel(tiny_cogvideox.build_i2v, ("CogVideoXImageToVideoPipeline",), tiny_cogvideox.CALL),
+    "qwenimage": TinyModel(tiny_qwenimage.build, ("QwenImagePipeline",), tiny_qwenimage.CALL),
     "animatediff": TinyModel(tiny_animatediff.build, ("AnimateDiffPipeline",), tiny_animatediff.CALL),
     "ltx": TinyModel(tiny_ltx.build, ("LTXPipeline",), tiny_ltx.CALL),
     "sana": TinyModel(tiny_sana.build, ("SanaPipeline",), tiny_sana.CALL),

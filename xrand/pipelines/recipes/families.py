@@ -20,6 +20,10 @@ COGVIDEOX_T5_GRAPH = ("MindSpore 2.10's graph mode compiles mindone.transformers
                       "encode_prompt calls it, with PyExecute nodes (Python inside the graph), which it cannot export "
                       "to the compile cache (MindIR)")
 
+#: Why MindSpore runs Qwen-Image PyNative on a CPU (measured with mindone 0.5.0, its first graph).
+QWEN25VL_GRAPH = ("MindSpore 2.10's graph mode cannot compile mindone.transformers' Qwen2.5-VL text encoder "
+                  "(\"For 'TupleGetItem', input[0] should be Sequence, but got Bool\")")
+
 
 def derived_recipes() -> Tuple[Recipe, ...]:
     """Every derived recipe shipped here, one per pipeline class."""
@@ -41,6 +45,7 @@ def derived_recipes() -> Tuple[Recipe, ...]:
         derived_recipe("CogVideoXPipeline", pynative_only=COGVIDEOX_T5_GRAPH),
         derived_recipe("CogVideoXImageToVideoPipeline", pynative_only=COGVIDEOX_T5_GRAPH),
         derived_recipe("CogVideoXVideoToVideoPipeline", pynative_only=COGVIDEOX_T5_GRAPH),
+        derived_recipe("QwenImagePipeline", pynative_only=QWEN25VL_GRAPH),
         # AnimateDiff: a motion adapter merged into the UNet; its DPM-Solver would drive either kind
         derived_recipe("AnimateDiffPipeline", scheduler_kind=schedulers.NOISE,
                        pynative_only=REPEAT_INTERLEAVE_ON_CPU),  # measured: its motion modules
