@@ -52,6 +52,19 @@ TESTS: Dict[str, str] = {
                       "with_its_math_branch[chroma]",
     "ChromaImg2ImgPipeline": "tests/test_next_families.py::test_chroma_differs_by_mindones_float_mask_attention_and_"
                              "agrees_with_its_math_branch[chroma-img2img]",
+    "WanImageToVideoPipeline": "tests/test_next_families.py::test_wan_image_and_video_to_video_part_at_mindones_unscaled_vae_"
+                               "attention_and_agree_scaled[wan-i2v]",
+    "WanVideoToVideoPipeline": "tests/test_next_families.py::test_wan_image_and_video_to_video_part_at_mindones_unscaled_vae_"
+                               "attention_and_agree_scaled[wan-v2v]",
+    "CogVideoXPipeline": "tests/test_next_families.py::test_each_next_family_agrees_end_to_end_and_in_lockstep[cogvideox]",
+    "CogVideoXImageToVideoPipeline": "tests/test_next_families.py::test_each_next_family_agrees_end_to_end_and_in_lockstep"
+                                     "[cogvideox-i2v]",
+    "QwenImagePipeline": "tests/test_next_families.py::test_each_next_family_agrees_end_to_end_and_in_lockstep"
+                         "[qwenimage]",
+    "AnimateDiffPipeline": "tests/test_next_families.py::test_animatediff_agrees_but_mindone_leaves_the_motion_"
+                           "modules_saved_position_table_unloaded",
+    "CogVideoXVideoToVideoPipeline": "tests/test_next_families.py::test_each_next_family_agrees_end_to_end_and_in_lockstep"
+                                     "[cogvideox-v2v]",
     "StableDiffusionControlNetPipeline": "tests/test_controlnet.py::test_each_controlnet_pipeline_agrees_end_to_end_and_"
                                          "in_lockstep[sd]",
     "StableDiffusionXLControlNetPipeline": "tests/test_controlnet.py::test_each_controlnet_pipeline_agrees_end_to_end_"
@@ -102,11 +115,6 @@ TESTS.update({
 NOT_YET: Dict[str, str] = {
     "Lumina2Text2ImgPipeline": "diffusers 0.35.2 refuses to build it: the deprecation of this old name of "
                                "Lumina2Pipeline expired in 0.34 and now raises (diffusers/utils/deprecation_utils.py)",
-    "CogVideoXPipeline": "not reached: its own samplers (CogVideoXDDIMScheduler, CogVideoXDPMScheduler: "
-                         "v-prediction with an SNR shift, step() taking the previous timestep) are neither of "
-                         "xrand's scheduler kinds (xrand.pipelines.schedulers.CANNOT_DRIVE)",
-    "QwenImagePipeline": "not reached: its tiny folder needs a Qwen2.5-VL text encoder and its tokenizer built "
-                         "offline, and MindSpore's CPU gaps for them are unmeasured",
 }
 
 #: Keywords of a pipeline's call that every recipe handles alike (xrand sets them, or they carry
@@ -117,7 +125,7 @@ COMMON = {
     "num_videos_per_prompt", "batch_size", "eta", "generator", "latents", "output_type", "return_dict", "callback",
     "callback_steps", "callback_on_step_end", "callback_on_step_end_tensor_inputs", "max_sequence_length",
     "cross_attention_kwargs", "joint_attention_kwargs", "attention_kwargs", "clip_skip", "guidance_rescale",
-    "image", "mask_image", "strength", "num_frames", "control_image",
+    "image", "mask_image", "strength", "num_frames", "control_image", "video",
 }
 #: Components that predict (the denoiser a recipe names), in the order they are looked for.
 DENOISERS = ("transformer", "unet", "prior", "decoder", "transformer_2", "unet_2", "vqvae", "denoiser")

@@ -88,7 +88,9 @@ def test_what_the_derivation_cannot_decide_is_listed_and_refused_until_the_recip
     assert derived_recipe("SanaPipeline", scheduler_kind=schedulers.FLOW).undecided() == {}
     sd3 = derive("StableDiffusion3Pipeline").undecided
     assert sd3 == {"size_multiple": "check_inputs asks height % (self.vae_scale_factor * self.patch_size)"}
-    assert "scheduler_kind" in derive("CogVideoXPipeline").undecided  # its own samplers
+    # CogVideoX's own samplers are the third kind, read from its class
+    assert derive("CogVideoXPipeline").values["scheduler_kind"] == schedulers.COGVIDEOX
+    assert "AmusedScheduler, which is of none of" in derive("AmusedPipeline").undecided["scheduler_kind"]
 
 
 def test_a_method_given_in_place_of_a_field_settles_it():

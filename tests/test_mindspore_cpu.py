@@ -861,3 +861,42 @@ def test_norm_matches_torch(fallbacks, p, dim, keepdim):
     x = _rand(3, 4, 5)
     np.testing.assert_allclose(mint.norm(ms.tensor(x), p=p, dim=dim, keepdim=keepdim).asnumpy(),
                                torch.norm(torch.from_numpy(x), p=p, dim=dim, keepdim=keepdim).numpy(), rtol=2e-6)
+
+
+# ---------------------------------------------------------------- Qwen-Image (Qwen2.5-VL, its VAE) operators
+
+def test_the_qwen_image_operators_fail_without_their_stand_ins_and_are_replaced_and_restored():
+    """Tensor.masked_fill_ (Qwen2.5-VL's position ids) and ops.flash_attention_score (Qwen-Image's
+    VAE attention) have no CPU kernel (if MindSpore gains one, this test says so)."""
+    from mindspore import ops
+
+    x = ms.tensor(_rand(2, 3))
+    q = ms.tensor(_rand(1, 1, 4, 8))
+    for call in (lambda: x.masked_fill_(x > 0, 1.0), lambda: ops.flash_attention_score(q, q, q, 1,
+                                                                                         input_layout="BNSD")):
+        with pytest.raises(RuntimeError, match="kernel"):
+            call().asnumpy()
+    before = (vars(ms.Tensor).get("masked_fill_"), ops.flash_attention_score)
+    mindspore_cpu.install()
+    assert vars(ms.Tensor).get("masked_fill_") is not before[0] and ops.flash_attention_score is not before[1]
+    mindspore_cpu.uninstall()
+    assert (vars(ms.Tensor).get("masked_fill_"), ops.flash_attention_score) == before
+
+
+@pytest.mark.parametrize("value", [1, -2.5])
+def test_masked_fill_in_place_matches_torch(fallbacks, value):
+    a = (_rand(3, 5) * 4).astype(np.int64)
+    x = ms.tensor(a)
+    assert x.masked_fill_(ms.tensor(a == 0), value) is x
+    expected = torch.from_numpy(a).masked_fill_(torch.from_numpy(a == 0), value)
+    np.testing.assert_array_equal(x.asnumpy(), expected.numpy())
+
+
+def test_flash_attention_score_function_matches_torch_sdpa_with_its_scale(fallbacks):
+    from mindspore import ops
+
+    q, k, v = _rand(2, 1, 16, 8, seed=1), _rand(2, 1, 16, 8, seed=2), _rand(2, 1, 16, 8, seed=3)
+    out = ops.flash_attention_score(ms.tensor(q), ms.tensor(k), ms.tensor(v), 1, scalar_value=8 ** -0.5,
+                                    input_layout="BNSD")
+    expected = TF.scaled_dot_product_attention(*(torch.from_numpy(t) for t in (q, k, v)))
+    np.testing.assert_allclose(out.asnumpy(), expected.numpy(), rtol=1e-5, atol=1e-5)

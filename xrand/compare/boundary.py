@@ -12,8 +12,9 @@ timestep, sample, ...)``. :class:`Boundary` stands at both for one run:
 - recording (the torch side), it keeps each denoiser call's inputs and output as
   :class:`.trees.Captured` values, nested structure and all, and each step's inputs;
 - feeding (the other side, lockstep), it hands the denoiser the recorded inputs of the same
-  call instead of its own, and ``step`` the recorded sample: each call's error is then local,
-  the framework's own operations on identical inputs.
+  call instead of its own, and ``step`` the recorded sample (and what a sampler carries from its
+  previous step, :data:`CARRIED`): each call's error is then local, the framework's own
+  operations on identical inputs.
 
 A new recipe gets recording, lockstep and layers without code of its own.
 """
@@ -31,6 +32,11 @@ from .metrics import metrics
 from .nonfinite import first_seen
 from .records import RecordReader, RecordWriter
 from .trees import Capture, Captured, arrays, convertible, leaves, restore
+
+
+#: ``step`` inputs a sampler carries from its previous step, recorded and fed as the sample is:
+#: CogVideoXDPMScheduler's previous predicted original sample (the pipeline hands it back in).
+CARRIED = ("old_pred_original_sample",)
 
 
 class Recording:
@@ -270,12 +276,18 @@ class Boundary:
         given = self.feed.step(index) if self.feed is not None and index < len(self.feed.steps) else None
         if given is not None:
             bound.arguments["sample"] = self.fw.tensor(given["sample"], self.fw.dtype_of(bound.arguments["sample"]))
+            for name in CARRIED:
+                if name in given and bound.arguments.get(name) is not None:
+                    bound.arguments[name] = self.fw.tensor(given[name], self.fw.dtype_of(bound.arguments[name]))
         sample, model_output = bound.arguments["sample"], bound.arguments["model_output"]
         if self.first_input is None:
             self.first_input = self.fw.to_numpy(sample)
             self.drawn_before_steps = getattr(self.generator, "drawn", 0)
         if self.record_steps:
-            self.recording.add_step(model_output=self.fw.to_numpy(model_output), sample=self.fw.to_numpy(sample))
+            carried = {name: self.fw.to_numpy(bound.arguments[name]) for name in CARRIED
+                       if bound.arguments.get(name) is not None}
+            self.recording.add_step(model_output=self.fw.to_numpy(model_output), sample=self.fw.to_numpy(sample),
+                                    **carried)
         bound.arguments.update(self.step_options)  # step_options are keys of step's signature
         if self.add_generator and "generator" in bound.signature.parameters \
                 and bound.arguments.get("generator") is None:

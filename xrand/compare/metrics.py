@@ -69,6 +69,11 @@ def ssim(a: np.ndarray, b: np.ndarray) -> float:
                           for x, y in zip(a.astype(np.float64), b.astype(np.float64))]))
 
 
+def _real_pairs(a: np.ndarray) -> np.ndarray:
+    """A complex array as its real and imaginary parts, side by side on a last axis of 2."""
+    return np.stack([np.real(a), np.imag(a)], axis=-1).astype(np.float64)
+
+
 class Errors:
     """:func:`rel_l2` over all the tensors of an output (a list of arrays), each reference array's
     squared norm computed once: in ``compare --layers`` an array is a reference up to four times."""
@@ -103,6 +108,8 @@ class Errors:
         sq_diff = sq_ref = 0.0
         largest = 0.0
         for a, b in zip(reference, other):
+            if np.iscomplexobj(a) or np.iscomplexobj(b):  # a rotary table as complex numbers (Qwen-Image's)
+                a, b = _real_pairs(a), _real_pairs(b)
             d = self._difference(a, b)
             sq_diff += float(np.einsum("i,i->", d, d))  # not BLAS: its threads contend with the frameworks'
             sq_ref += self._sq_norm(a)
@@ -114,7 +121,8 @@ class Errors:
 
 def flat(value: Sequence[np.ndarray]) -> np.ndarray:
     """Arrays as one float64 vector."""
-    parts: List[np.ndarray] = [np.asarray(v, dtype=np.float64).ravel() for v in value]
+    parts: List[np.ndarray] = [(_real_pairs(v) if np.iscomplexobj(v) else np.asarray(v, dtype=np.float64)).ravel()
+                               for v in value]
     return np.concatenate(parts) if parts else np.zeros(0)
 
 

@@ -298,7 +298,7 @@ def fitting_schedulers(recipe: Recipe, base: Mapping[str, Any], library: Any) ->
     """The shared schedulers that fit ``recipe``'s kind and its library pipeline, built on the
     folder's scheduler config ``base``."""
     fitting = []
-    for name in schedulers.NOISE_SCHEDULERS + schedulers.FLOW_SCHEDULERS:
+    for name in schedulers.DRIVEN:
         config = schedulers.config_for(name, base, recipe.scheduler_kind)
         if schedulers.kind_of(name, config) == recipe.scheduler_kind and \
                 not recipe.scheduler_refusal(schedulers.scheduler_class(library, name), config):

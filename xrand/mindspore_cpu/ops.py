@@ -490,6 +490,18 @@ class _FlashAttentionScore:
         return None, None, None, out
 
 
+@fallback_for("mindspore.ops.flash_attention_score")
+def _flash_attention_score(query, key, value, head_num, real_shift=None, drop_mask=None, padding_mask=None,
+                           attn_mask=None, prefix=None, actual_seq_qlen=None, actual_seq_kvlen=None, keep_prob=1.0,
+                           scalar_value=1.0, pre_tokens=2147483647, next_tokens=2147483647, inner_precise=0,
+                           input_layout="BSH", sparse_mode=0):
+    """ops.flash_attention_score (FlashAttentionScore, Ascend only; Qwen-Image's VAE calls it, with
+    its scale): the stand-in above, its output (the function's fourth)."""
+    score = _FlashAttentionScore(head_num, keep_prob, scalar_value, pre_tokens, next_tokens, inner_precise,
+                                 input_layout, sparse_mode)
+    return score(query, key, value, real_shift, drop_mask, padding_mask, attn_mask, prefix)[3]
+
+
 @fallback_for("mindspore.mint.randn")
 def _randn(*size, generator=None, dtype=None):
     """mint.randn (kernel InplaceNormal; mindone's BasicTransformerBlock draws PixArt's
@@ -521,6 +533,15 @@ def _zero_(input):
     """Tensor.zero_ (kernel InplaceZero; Gemma-2's initialisation zeroes its biases with it):
     filled with zeros in place."""
     input.assign_value(ops.zeros(tuple(input.shape), input.dtype))
+    return input
+
+
+@fallback_for("mindspore.Tensor.masked_fill_")
+def _masked_fill_(input, mask, value):
+    """Tensor.masked_fill_ (kernels InplaceMaskedFillScalar / InplaceMaskedFillTensor; Qwen2.5-VL's
+    position ids for a padded prompt): ops.masked_fill, which has a CPU kernel, written back in place."""
+    value = value.astype(input.dtype) if isinstance(value, ms.Tensor) else ms.tensor(value, input.dtype)  # as torch casts
+    input.assign_value(ops.masked_fill(input, mask, value))
     return input
 
 

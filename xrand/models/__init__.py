@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Tuple
 
 from ..checks import check_choice
-from . import (tiny_chroma, tiny_cogview4, tiny_controlnet, tiny_flux, tiny_ltx, tiny_lumina2, tiny_pixart, tiny_sana,
-               tiny_sd, tiny_sd3, tiny_sdxl, tiny_wan)
+from . import (tiny_animatediff, tiny_chroma, tiny_cogvideox, tiny_cogview4, tiny_controlnet, tiny_flux, tiny_ltx,
+               tiny_lumina2, tiny_pixart, tiny_qwenimage, tiny_sana, tiny_sd, tiny_sd3, tiny_sdxl, tiny_wan, tiny_wan_i2v)
 from .folders import PathLike
 
 #: The digits model shipped inside the package (trained by scripts/train_digits.py): the default model.
@@ -42,7 +42,16 @@ TINY_MODELS: Dict[str, TinyModel] = {
     "sd3": TinyModel(tiny_sd3.build, ("StableDiffusion3Pipeline",), tiny_sd3.CALL),
     "flux": TinyModel(tiny_flux.build, ("FluxPipeline",), tiny_flux.CALL),
     "pixart": TinyModel(tiny_pixart.build, ("PixArtSigmaPipeline",), tiny_pixart.CALL),
-    "wan": TinyModel(tiny_wan.build, ("WanPipeline",), tiny_wan.CALL),
+    "wan": TinyModel(tiny_wan.build, ("WanPipeline", "WanVideoToVideoPipeline"), tiny_wan.CALL),
+    # takes an image too (--image: the first frame)
+    "wan-i2v": TinyModel(tiny_wan_i2v.build, ("WanImageToVideoPipeline",), tiny_wan_i2v.CALL),
+    # video to video takes a video too (--video: an animated GIF, PNG or WebP)
+    "cogvideox": TinyModel(tiny_cogvideox.build, ("CogVideoXPipeline", "CogVideoXVideoToVideoPipeline"),
+                           tiny_cogvideox.CALL),
+    # takes an image too (--image: the first frame)
+    "cogvideox-i2v": TinyModel(tiny_cogvideox.build_i2v, ("CogVideoXImageToVideoPipeline",), tiny_cogvideox.CALL),
+    "qwenimage": TinyModel(tiny_qwenimage.build, ("QwenImagePipeline",), tiny_qwenimage.CALL),
+    "animatediff": TinyModel(tiny_animatediff.build, ("AnimateDiffPipeline",), tiny_animatediff.CALL),
     "ltx": TinyModel(tiny_ltx.build, ("LTXPipeline",), tiny_ltx.CALL),
     "sana": TinyModel(tiny_sana.build, ("SanaPipeline",), tiny_sana.CALL),
     "lumina2": TinyModel(tiny_lumina2.build, ("Lumina2Pipeline",), tiny_lumina2.CALL),

@@ -132,6 +132,8 @@ FLAGS: Sequence[Flag] = (
          "Flux's control_image); its conditioning scale and guidance start/end through --call-option "
          "controlnet_conditioning_scale=X, control_guidance_start=X, control_guidance_end=X", metavar="FILE",
          path=True),
+    Flag("video", "--video", "input video for video to video: an animated GIF, PNG or WebP, its frames in order",
+         metavar="FILE", path=True),
     Flag("call_options", "--call-option", "any other keyword of the pipeline's call, VALUE parsed as JSON when it "
          "parses, e.g. max_sequence_length=64 or use_resolution_binning=false (repeatable)", metavar="KEY=VALUE",
          pairs="json", example="max_sequence_length=64"),

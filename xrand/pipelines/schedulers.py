@@ -5,9 +5,13 @@ Both libraries ship the same scheduler classes under the same names, and both sw
 without importing either library; option keys are checked against the class.
 
 A scheduler is of one kind: it drives a noise-prediction model (epsilon, v or sample
-prediction on discrete timesteps: the UNets of DDPM, Stable Diffusion, SDXL) or a flow-matching
-model (a velocity: SD3, Flux, Wan). A recipe says which kind its denoiser is; a scheduler of the
-other kind, or of none, is refused before any work (:func:`check_fits`).
+prediction on discrete timesteps: the UNets of DDPM, Stable Diffusion, SDXL), a flow-matching
+model (a velocity: SD3, Flux, Wan), or CogVideoX's transformer (v-prediction on a schedule
+shifted by ``snr_shift_scale`` with zero terminal SNR, driven by its own two samplers: DDIM, and
+a DPM-Solver whose ``step`` takes the previous timestep and the previous step's predicted
+original sample and draws its noise from the generator the pipeline gives it, so both sides
+draw it from xrand's shared stream). A recipe says which kind its denoiser is; a scheduler of
+another kind, or of none, is refused before any work (:func:`check_fits`).
 """
 from __future__ import annotations
 
@@ -17,8 +21,9 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from ..checks import UsageError, UsageTypeError
 
-NOISE, FLOW = "noise", "flow"
-KINDS = {NOISE: "a noise-prediction (epsilon, v or sample) model", FLOW: "a flow-matching (velocity) model"}
+NOISE, FLOW, COGVIDEOX = "noise", "flow", "cogvideox"
+KINDS = {NOISE: "a noise-prediction (epsilon, v or sample) model", FLOW: "a flow-matching (velocity) model",
+         COGVIDEOX: "CogVideoX's v-prediction model (its SNR-shifted samplers)"}
 
 #: Every shared scheduler that drives a noise-prediction model.
 NOISE_SCHEDULERS: Tuple[str, ...] = (
@@ -35,6 +40,12 @@ NOISE_SCHEDULERS: Tuple[str, ...] = (
 #: diffusers' FlowMatchLCMScheduler).
 FLOW_SCHEDULERS: Tuple[str, ...] = ("FlowMatchEulerDiscreteScheduler", "FlowMatchHeunDiscreteScheduler")
 
+#: CogVideoX's own samplers (scheduling_ddim_cogvideox.py, scheduling_dpm_cogvideox.py): v-prediction with
+#: ``snr_shift_scale``; the DPM one's step() takes the previous timestep and predicted original sample.
+COGVIDEOX_SCHEDULERS: Tuple[str, ...] = ("CogVideoXDDIMScheduler", "CogVideoXDPMScheduler")
+#: Every shared scheduler xrand drives, of any kind.
+DRIVEN: Tuple[str, ...] = NOISE_SCHEDULERS + FLOW_SCHEDULERS + COGVIDEOX_SCHEDULERS
+
 #: Multistep solvers that drive a flow-matching model with these config options (diffusers'
 #: scheduling_dpmsolver_multistep.py and its siblings: ``use_flow_sigmas``, ``flow_prediction``).
 FLOW_OPTIONS: Dict[str, Any] = {"use_flow_sigmas": True, "prediction_type": "flow_prediction"}
@@ -47,9 +58,6 @@ FLOW_CAPABLE: Tuple[str, ...] = (
 CANNOT_DRIVE: Dict[str, str] = {
     "AmusedScheduler": "it unmasks image tokens of a VQ transformer (aMUSEd), not a denoiser",
     "VQDiffusionScheduler": "it denoises discrete VQ tokens, not a denoiser's output",
-    "CogVideoXDDIMScheduler": "it is CogVideoX's video sampler (v-prediction with its own SNR shift and timestep "
-                              "pairs)",
-    "CogVideoXDPMScheduler": "it is CogVideoX's video sampler and needs the previous step's output in step()",
     "ConsistencyDecoderScheduler": "it drives the consistency decoder of a VAE, not a denoiser",
     "DDIMInverseScheduler": "it inverts an image into noise (DDIM inversion); it does not sample",
     "DPMSolverMultistepInverseScheduler": "it inverts an image into noise; it does not sample",
@@ -154,21 +162,27 @@ UNSHARED_NOISE: Dict[Tuple[str, str], str] = {
     "framework's global RNG, not from the generator, so the two sides cannot share that noise",
 }
 
-MATRICES = {NOISE: MATRIX, FLOW: FLOW_MATRIX}
+#: ``--scheduler all`` on CogVideoX: both its samplers (DDIM draws no noise, DPM one or two draws a step).
+COGVIDEOX_MATRIX: Tuple[Tuple[str, Dict[str, Any]], ...] = (("CogVideoXDDIMScheduler", {}),
+                                                            ("CogVideoXDPMScheduler", {}))
+
+MATRICES = {NOISE: MATRIX, FLOW: FLOW_MATRIX, COGVIDEOX: COGVIDEOX_MATRIX}
 
 
 def known_names() -> List[str]:
-    return sorted(set(NOISE_SCHEDULERS) | set(FLOW_SCHEDULERS) | set(CANNOT_DRIVE))
+    return sorted(set(DRIVEN) | set(CANNOT_DRIVE))
 
 
 def kind_of(cls_name: str, config: Mapping[str, Any]) -> Optional[str]:
-    """:data:`NOISE`, :data:`FLOW`, or None for a scheduler that drives neither here.
+    """:data:`NOISE`, :data:`FLOW`, :data:`COGVIDEOX`, or None for a scheduler that drives none here.
 
     ``config``: the scheduler config it is built with (its options included): the multistep
     solvers drive a flow model with :data:`FLOW_OPTIONS`.
     """
     if cls_name in FLOW_SCHEDULERS:
         return FLOW
+    if cls_name in COGVIDEOX_SCHEDULERS:
+        return COGVIDEOX if config.get("prediction_type", "v_prediction") == "v_prediction" else None
     if cls_name in FLOW_CAPABLE and config.get("prediction_type") == "flow_prediction":
         return FLOW if config.get("use_flow_sigmas") else None
     if cls_name in NOISE_SCHEDULERS:
@@ -197,7 +211,7 @@ def resolve(name: Any) -> Tuple[str, Dict[str, Any]]:
     for cls in known_names():
         if key in (cls.lower(), cls.lower()[: -len("scheduler")]):
             return cls, {}
-    raise UsageError(f"unknown scheduler {name!r}; accepted: {', '.join(NOISE_SCHEDULERS + FLOW_SCHEDULERS)} "
+    raise UsageError(f"unknown scheduler {name!r}; accepted: {', '.join(DRIVEN)} "
                      f"(any case, 'Scheduler' optional), 'all', or an alias: {', '.join(ALIASES)}")
 
 
@@ -208,13 +222,15 @@ def check_fits(cls_name: str, config: Mapping[str, Any], kind: str, pipeline: st
     found = kind_of(cls_name, config)
     if found == kind:
         return
-    accepted = accepted() if accepted else [name for name in NOISE_SCHEDULERS + FLOW_SCHEDULERS
+    accepted = accepted() if accepted else [name for name in DRIVEN
                                             if kind_of(name, {}) == kind or (kind == FLOW and name in FLOW_CAPABLE)]
     if cls_name in CANNOT_DRIVE:
         why = CANNOT_DRIVE[cls_name]
     elif cls_name in FLOW_CAPABLE and kind == FLOW:
         why = (f"it drives a flow-matching model only with the options "
                f"{', '.join(f'{k}={json.dumps(v)}' for k, v in FLOW_OPTIONS.items())}")
+    elif cls_name in COGVIDEOX_SCHEDULERS:
+        why = f"it drives {KINDS[COGVIDEOX]}"
     elif found is None:
         why = f"its config has prediction_type {config.get('prediction_type')!r}, which xrand does not run"
     else:
@@ -279,7 +295,7 @@ def scheduler_class(library: Any, cls_name: str) -> type:
                                                       cls_name, None)
     if cls is None:
         raise UsageError(f"{library.__name__} has no {cls_name}; accepted: "
-                         f"{', '.join(NOISE_SCHEDULERS + FLOW_SCHEDULERS)}")
+                         f"{', '.join(DRIVEN)}")
     return cls
 
 

@@ -27,7 +27,7 @@ NOISES: Tuple[str, ...] = ("shared", "native")
 #: The longest schedule: the models' training schedule.
 MAX_STEPS = 1000
 #: The inputs that name files (read and checked when a comparison is planned).
-FILE_INPUTS: Tuple[str, ...] = ("image", "mask", "control_image")
+FILE_INPUTS: Tuple[str, ...] = ("image", "mask", "control_image", "video")
 
 
 def _positive_int(name: str, value: Any, optional: bool = False) -> Optional[int]:
@@ -126,6 +126,7 @@ class Settings:
     strength: Optional[float] = None
     frames: Optional[int] = None
     control_image: Optional[str] = None
+    video: Optional[str] = None  # a video's frames (an animated GIF, PNG or WebP): video to video
     call_options: Dict[str, Any] = field(default_factory=dict)
 
     #: The pipeline inputs among the fields (a recipe says which it takes).
@@ -185,7 +186,8 @@ class Settings:
         for name in self.FILES:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value):
-                raise UsageTypeError(f"{name} must be the path of an image file, got {value!r}")
+                raise UsageTypeError(f"{name} must be the path of an image file{' (animated)' if name == 'video' else ''}, "
+                                     f"got {value!r}")
         if self.strength is not None:
             if isinstance(self.strength, bool) or not isinstance(self.strength, (int, float)) \
                     or not 0 < self.strength <= 1:

@@ -10,12 +10,13 @@ installed; both ship it under one name) once, when a recipe first needs it:
 - the denoiser: the first of ``transformer``, ``unet``, ``prior``, ``decoder``; its classes from
   the parameter's annotation;
 - the scheduler kind from the scheduler class ``__init__`` declares (a flow-matching class: flow;
+  CogVideoX's samplers: cogvideox;
   ``KarrasDiffusionSchedulers`` or a noise scheduler: noise; a solver that drives both: undecided);
 - inputs: the ``__call__`` keywords that are :data:`..inputs.INPUTS`, a ControlNet pipeline's
   ``image`` as its ``control_image`` where its call has no ``control_image`` (Stable Diffusion's
   and SDXL's; ``call_names`` then gives the input the call's name); required: the prompt,
   ``image`` for image-to-image, inpainting and editing classes (by their names: their calls give
-  ``image`` a default of None), ``mask`` for inpainting, a ControlNet pipeline's control image;
+  ``image`` a default of None), ``video`` for video-to-video ones, ``mask`` for inpainting, a ControlNet pipeline's control image;
 - the size multiple from ``check_inputs`` (``height % 16 != 0``, or ``% (self.vae_scale_factor * 2)``
   read from the folder's VAE; another expression is undecided);
 - the batch keyword, whether the call takes ``eta``, and which schedulers its own call runs as
@@ -47,6 +48,7 @@ DENOISERS = ("transformer", "unet", "prior", "decoder")
 #: Class-name words of pipelines whose call cannot run without an input image / a mask.
 IMAGE_WORDS = ("Img2Img", "Inpaint", "ImageToVideo", "Edit", "VideoToVideo")
 MASK_WORDS = ("Inpaint",)
+VIDEO_WORDS = ("VideoToVideo",)
 #: Fields :func:`derive` decides (or lists as undecided), and the method that supersedes a field
 #: when a recipe overrides it.
 FIELDS = ("components", "optional_components", "denoiser", "denoiser_classes", "scheduler_kind", "inputs",
@@ -98,12 +100,14 @@ def _scheduler_kind(declared: Tuple[str, ...]) -> Tuple[Optional[str], str]:
     for name in declared:
         if name in schedulers.FLOW_SCHEDULERS:
             kinds.add(schedulers.FLOW)
+        elif name in schedulers.COGVIDEOX_SCHEDULERS:
+            kinds.add(schedulers.COGVIDEOX)
         elif name in schedulers.FLOW_CAPABLE:
             return None, f"it declares {name}, which drives a noise or a flow model (the folder's config says which)"
         elif name == "KarrasDiffusionSchedulers" or name in schedulers.NOISE_SCHEDULERS:
             kinds.add(schedulers.NOISE)
         else:
-            return None, f"it declares {name}, which is neither scheduler kind"
+            return None, f"it declares {name}, which is of none of xrand's scheduler kinds"
     if len(kinds) != 1:
         return None, f"it declares {' or '.join(declared) or 'no scheduler class'}"
     return kinds.pop(), ""
@@ -165,6 +169,8 @@ def derive(pipeline: str) -> Derivation:
         required.append("prompt")
     if "image" in inputs and any(word in pipeline for word in IMAGE_WORDS):
         required.append("image")
+    if "video" in inputs and any(word in pipeline for word in VIDEO_WORDS):
+        required.append("video")
     if "mask" in inputs and any(word in pipeline for word in MASK_WORDS):
         required.append("mask")
     if controlnet and "control_image" in inputs:
