@@ -6,6 +6,7 @@ from typing import Tuple
 
 from .. import schedulers
 from .base import Recipe
+from .conditional import TextToVideoRecipe
 from .derived import derived_recipe
 from .flux import FluxRecipe
 from .stable_diffusion_3 import CHUNK_ON_CPU
@@ -27,4 +28,6 @@ def derived_recipes() -> Tuple[Recipe, ...]:
         # deprecation it raises expired in 0.34, diffusers/utils/deprecation_utils.py)
         derived_recipe("Lumina2Pipeline", pynative_only=GEMMA2_GRAPH),
         derived_recipe("CogView4Pipeline", pynative_only=CHUNK_ON_CPU),  # measured: its adaLN chunks
+        # HunyuanVideo: its call hands set_timesteps its own sigmas (linspace(1, 0))
+        derived_recipe("HunyuanVideoPipeline", TextToVideoRecipe, timestep_arguments=lambda self, config: ("sigmas",)),
     )
