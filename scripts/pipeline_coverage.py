@@ -52,6 +52,8 @@ TESTS: Dict[str, str] = {
                       "with_its_math_branch[chroma]",
     "ChromaImg2ImgPipeline": "tests/test_next_families.py::test_chroma_differs_by_mindones_float_mask_attention_and_"
                              "agrees_with_its_math_branch[chroma-img2img]",
+    "HunyuanVideoPipeline": "tests/test_next_families.py::test_each_next_family_agrees_end_to_end_and_in_lockstep"
+                            "[hunyuan-video]",
     "StableDiffusionControlNetPipeline": "tests/test_controlnet.py::test_each_controlnet_pipeline_agrees_end_to_end_and_"
                                          "in_lockstep[sd]",
     "StableDiffusionXLControlNetPipeline": "tests/test_controlnet.py::test_each_controlnet_pipeline_agrees_end_to_end_"

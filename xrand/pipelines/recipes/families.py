@@ -15,6 +15,10 @@ from .stable_diffusion_3 import CHUNK_ON_CPU
 GEMMA2_GRAPH = ("MindSpore 2.10's graph mode compiles mindone.transformers' Gemma-2 text encoder with PyExecute "
                 "nodes (Python inside the graph), which it cannot export to the compile cache (MindIR)")
 
+#: Why MindSpore runs HunyuanVideo PyNative on a CPU (measured with mindone 0.5.0).
+LLAMA_GRAPH = ("MindSpore 2.10's graph mode compiles the causal mask copy of mindone.transformers' LlamaModel "
+               "(causal_mask.clone(), models/llama/modeling_llama.py) to the Clone primitive, which has no CPU kernel")
+
 
 def derived_recipes() -> Tuple[Recipe, ...]:
     """Every derived recipe shipped here, one per pipeline class."""
@@ -29,5 +33,6 @@ def derived_recipes() -> Tuple[Recipe, ...]:
         derived_recipe("Lumina2Pipeline", pynative_only=GEMMA2_GRAPH),
         derived_recipe("CogView4Pipeline", pynative_only=CHUNK_ON_CPU),  # measured: its adaLN chunks
         # HunyuanVideo: its call hands set_timesteps its own sigmas (linspace(1, 0))
-        derived_recipe("HunyuanVideoPipeline", TextToVideoRecipe, timestep_arguments=lambda self, config: ("sigmas",)),
+        derived_recipe("HunyuanVideoPipeline", TextToVideoRecipe, timestep_arguments=lambda self, config: ("sigmas",),
+                       pynative_only=LLAMA_GRAPH),
     )
