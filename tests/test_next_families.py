@@ -85,9 +85,10 @@ def return_the_math_attention(monkeypatch):
 
 def collect_llamas_hidden_states(monkeypatch):
     """mindone 0.5.0's LlamaModel.construct with the hidden states ``output_hidden_states`` asks
-    for, as transformers' (the embeddings and each layer's input, the normed output last), for
-    the rest of the test: mindone's ignores the flag and returns (last hidden state, cache)
-    (mindone/transformers/models/llama/modeling_llama.py, line 603)."""
+    for, as transformers' (each layer's input, the embeddings first; the normed output last), for
+    the rest of the test and for an encoder's call (token ids, no cache), as the pipeline makes
+    it: mindone's ignores the flag and returns the last hidden state and, with ``use_cache``, the
+    cache (mindone/transformers/models/llama/modeling_llama.py, line 603)."""
     from mindone.transformers.models.llama import modeling_llama
 
     def construct(self, input_ids=None, attention_mask=None, position_ids=None, past_key_values=None,
