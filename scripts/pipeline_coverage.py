@@ -65,6 +65,8 @@ TESTS: Dict[str, str] = {
                            "modules_saved_position_table_unloaded",
     "CogVideoXVideoToVideoPipeline": "tests/test_next_families.py::test_each_next_family_agrees_end_to_end_and_in_lockstep"
                                      "[cogvideox-v2v]",
+    "HunyuanVideoPipeline": "tests/test_next_families.py::test_each_next_family_agrees_end_to_end_and_in_lockstep"
+                            "[hunyuan-video]",
     "StableDiffusionControlNetPipeline": "tests/test_controlnet.py::test_each_controlnet_pipeline_agrees_end_to_end_and_"
                                          "in_lockstep[sd]",
     "StableDiffusionXLControlNetPipeline": "tests/test_controlnet.py::test_each_controlnet_pipeline_agrees_end_to_end_"

@@ -29,6 +29,7 @@ from ..pipelines.loop import denoising_loop
 from ..pipelines.settings import Settings
 from .boundary import Boundary, Recording
 from .component_call import recorded
+from .known import known_failure
 from .records import RecordWriter
 from .plan import Plan
 
@@ -165,10 +166,16 @@ def run(loaded: Loaded, plan: Plan, *, generator: Optional[CountingGenerator] = 
             fw.threads(load) as threads, fw.half_precision(settings.dtype) as stand_ins, \
             boundary.attached(recipe.denoiser_of(pipe), pipe.scheduler), \
             recorded(fw, pipe, record_component, boundary.recording, component_step):
-        if library_pipeline:
-            images = pipe(**plan.call_arguments(generator), return_dict=False)[0]
-        else:
-            images = denoising_loop(fw, pipe, recipe, settings, plan.folder, generator)
+        try:
+            if library_pipeline:
+                images = pipe(**plan.call_arguments(generator), return_dict=False)[0]
+            else:
+                images = denoising_loop(fw, pipe, recipe, settings, plan.folder, generator)
+        except Exception as exc:  # a failure measured before is said in one line, with its cause
+            why = known_failure(recipe.pipeline, fw.name, exc)
+            if why is None:
+                raise
+            raise UsageError(f"{fw.name}'s {recipe.pipeline} cannot run: {why}") from exc
     seconds = time.perf_counter() - start
     if not boundary.outputs:
         raise RuntimeError(f"{recipe.pipeline} on {fw.name} never called scheduler.step")

@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Tuple
 
 from ..checks import check_choice
-from . import (tiny_animatediff, tiny_chroma, tiny_cogvideox, tiny_cogview4, tiny_controlnet, tiny_flux, tiny_ltx,
-               tiny_lumina2, tiny_pixart, tiny_qwenimage, tiny_sana, tiny_sd, tiny_sd3, tiny_sdxl, tiny_wan, tiny_wan_i2v)
+from . import (tiny_animatediff, tiny_chroma, tiny_cogvideox, tiny_cogview4, tiny_controlnet, tiny_flux,
+               tiny_hunyuan_video, tiny_ltx, tiny_lumina2, tiny_pixart, tiny_qwenimage, tiny_sana, tiny_sd, tiny_sd3,
+               tiny_sdxl, tiny_wan, tiny_wan_i2v)
 from .folders import PathLike
 
 #: The digits model shipped inside the package (trained by scripts/train_digits.py): the default model.
@@ -53,6 +54,7 @@ TINY_MODELS: Dict[str, TinyModel] = {
     "qwenimage": TinyModel(tiny_qwenimage.build, ("QwenImagePipeline",), tiny_qwenimage.CALL),
     "animatediff": TinyModel(tiny_animatediff.build, ("AnimateDiffPipeline",), tiny_animatediff.CALL),
     "ltx": TinyModel(tiny_ltx.build, ("LTXPipeline",), tiny_ltx.CALL),
+    "hunyuan-video": TinyModel(tiny_hunyuan_video.build, ("HunyuanVideoPipeline",), tiny_hunyuan_video.CALL),
     "sana": TinyModel(tiny_sana.build, ("SanaPipeline",), tiny_sana.CALL),
     "lumina2": TinyModel(tiny_lumina2.build, ("Lumina2Pipeline",), tiny_lumina2.CALL),
     "cogview4": TinyModel(tiny_cogview4.build, ("CogView4Pipeline",), tiny_cogview4.CALL),

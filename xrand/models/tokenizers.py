@@ -8,7 +8,7 @@
   (``<pad>`` 0, ``</s>`` 1, ``<unk>`` 2) and its ``</s>`` appended to every text. Unknown
   characters become ``<unk>``.
 - :func:`write_lm_tokenizer`: the same Unigram model as a decoder-only text encoder's tokenizer
-  class (Gemma-2's, GLM-4's, Qwen2.5-VL's) with its special tokens.
+  class (Gemma-2's, GLM-4's, Qwen2.5-VL's, Llama 3's) with its special tokens.
 
 Both are saved with ``save_pretrained`` into a folder that diffusers and mindone.diffusers read.
 """
@@ -121,12 +121,14 @@ def write_t5_tokenizer(folder: Path, max_length: int = 512) -> Path:
 
 
 #: The decoder-only text encoders' tokenizers (Gemma-2: Sana, Lumina 2; GLM-4: CogView4; Qwen2.5-VL:
-#: Qwen-Image): their transformers class and special tokens (pad, bos, eos, unk; None: none),
+#: Qwen-Image; Llama 3: HunyuanVideo): their transformers class and special tokens (pad, bos, eos, unk; None: none),
 #: each prompt starting with BOS where the real one does.
 LM_TOKENIZERS = {
     "gemma": ("GemmaTokenizerFast", ("<pad>", "<bos>", "<eos>", "<unk>")),
     "glm": ("PreTrainedTokenizerFast", ("<|endoftext|>", "[gMASK]", None, "<unk>")),  # GLM-4 starts with [gMASK]
     "qwen2": ("Qwen2TokenizerFast", ("<|endoftext|>", None, "<|im_end|>", "<unk>")),
+    # Llama 3's (HunyuanVideo's llava-llama-3 text encoder): a Llama tokenizer class, prompts start with BOS
+    "llama": ("LlamaTokenizerFast", ("<pad>", "<|begin_of_text|>", "<|end_of_text|>", "<unk>")),
 }
 
 
@@ -145,8 +147,11 @@ def write_lm_tokenizer(folder: Path, kind: str, max_length: int = 512) -> Path:
         model.post_processor = processors.TemplateProcessing(
             single=f"{bos} $A", pair=f"{bos} $A $B", special_tokens=[(bos, specials.index(bos))])
     named = {"pad_token": pad, "bos_token": bos, "eos_token": eos, "unk_token": unk}
+    named = {k: v for k, v in named.items() if v}
+    if cls_name == "LlamaTokenizerFast":  # its own pieces, no slow tokenizer's legacy behaviour to keep (or warn of)
+        named["legacy"] = False
     tokenizer = getattr(transformers, cls_name)(tokenizer_object=model, model_max_length=max_length,
-                                                padding_side="right", **{k: v for k, v in named.items() if v})
+                                                padding_side="right", **named)
     tokenizer.save_pretrained(str(folder))
     return folder
 

@@ -6,6 +6,7 @@ from typing import Tuple
 
 from .. import schedulers
 from .base import Recipe
+from .conditional import TextToVideoRecipe
 from .derived import derived_recipe
 from .flux import FluxRecipe
 from .ltx import LTXRecipe
@@ -26,6 +27,10 @@ COGVIDEOX_T5_GRAPH = ("MindSpore 2.10's graph mode compiles mindone.transformers
 #: Why MindSpore runs Qwen-Image PyNative on a CPU (measured with mindone 0.5.0, its first graph).
 QWEN25VL_GRAPH = ("MindSpore 2.10's graph mode cannot compile mindone.transformers' Qwen2.5-VL text encoder "
                   "(\"For 'TupleGetItem', input[0] should be Sequence, but got Bool\")")
+
+#: Why MindSpore runs HunyuanVideo PyNative on a CPU (measured with mindone 0.5.0).
+LLAMA_GRAPH = ("MindSpore 2.10's graph mode compiles the causal mask copy of mindone.transformers' LlamaModel "
+               "(causal_mask.clone(), models/llama/modeling_llama.py) to the Clone primitive, which has no CPU kernel")
 
 
 def derived_recipes() -> Tuple[Recipe, ...]:
@@ -106,4 +111,7 @@ def derived_recipes() -> Tuple[Recipe, ...]:
         # AnimateDiff: a motion adapter merged into the UNet; its DPM-Solver would drive either kind
         derived_recipe("AnimateDiffPipeline", scheduler_kind=schedulers.NOISE,
                        pynative_only=REPEAT_INTERLEAVE_ON_CPU),  # measured: its motion modules
+        # HunyuanVideo: its call hands set_timesteps its own sigmas (linspace(1, 0))
+        derived_recipe("HunyuanVideoPipeline", TextToVideoRecipe, timestep_arguments=lambda self, config: ("sigmas",),
+                       pynative_only=LLAMA_GRAPH),
     )
