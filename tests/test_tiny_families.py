@@ -132,7 +132,8 @@ def test_both_libraries_load_every_component_with_the_same_parameter_count(pipel
         assert type(ms_module).__name__ == type(module).__name__, component
         # the saved tensors, tied ones (T5's embeddings) once: SD3's position embedding is a saved
         # buffer in diffusers, a Parameter in mindone
-        count = sum({t.data_ptr(): t.numel() for t in module.state_dict().values()}.values())
+        saved = {n: t for n, t in module.state_dict().items() if not n.endswith(TORCH_ONLY.get(name, ()))}
+        count = sum({t.data_ptr(): t.numel() for t in saved.values()}.values())
         extra = {p.name: p for p in ms_module.get_parameters() if p.name in MINDONE_ONLY.get((name, component), ())}
         assert sum(p.size for p in ms_module.get_parameters()) - sum(p.size for p in extra.values()) == count, \
             component
@@ -145,6 +146,10 @@ def test_both_libraries_load_every_component_with_the_same_parameter_count(pipel
 #: what diffusers does): LTX's final LayerNorm has an affine in mindone 0.5.0
 #: (models/transformers/transformer_ltx.py, norm_out), none in diffusers 0.35.2.
 MINDONE_ONLY = {("ltx", "transformer"): {"norm_out.weight": 1.0, "norm_out.bias": 0.0}}
+#: Saved tensors diffusers loads and mindone does not hold as parameters (by the end of their
+#: names): AnimateDiff's motion modules' position table is a persistent buffer, which mindone
+#: 0.5.0's from_pretrained leaves unloaded (tests/test_next_families.py asserts that finding).
+TORCH_ONLY = {"animatediff": ("pos_embed.pe",)}
 
 
 # ---------------------------------------------------------------- both libraries, one seed
