@@ -46,7 +46,7 @@ def settings(family, tiny_folder, image, dtype="float32"):
 
 @pytest.mark.parametrize("family, dtype", [(family, "float32") for family in FAMILIES] + [("sd", "float16")])
 def test_the_floor_widened_per_call_is_the_floor_of_the_pipeline_cast_whole(family, dtype, tiny_folder, image):
-    plan = make_plan(settings(family, tiny_folder, image, dtype))
+    plan = make_plan(settings(family, tiny_folder, image, dtype), frameworks=("torch",))
     loaded = load(plan, "torch")
     images = run(loaded, plan).images
     weights = lambda: {name: (t.dtype, t.data_ptr()) for c in loaded.pipe.components.values()  # noqa: E731
