@@ -75,7 +75,7 @@ def child(root: str, repeats: int) -> dict:
     for family, (folder, pipeline, values) in FAMILIES.items():
         values = dict(values)
         if values.pop("tiny", False):
-            values = {**tiny_settings(TINY_MODELS[folder].call), **values}
+            values = {**TINY_MODELS[folder].settings(), **values}
         files = {name: f"{root}/{'image' if name == 'control_image' else name}.png"
                  for name in ("image", "mask", "control_image") if values.pop(name, False)}
         settings = Settings(model=f"{root}/{folder}", pipeline=pipeline, prompt=PROMPT, batch_size=1,
@@ -100,15 +100,6 @@ def child(root: str, repeats: int) -> dict:
         out[family] = {"times": times, "pipeline": plan.pipeline, "mode": plan.mindspore_mode,
                        "reason": plan.mindspore_mode_reason}
     return {"families": out, "torch_threads": torch.get_num_threads()}
-
-
-def tiny_settings(call: dict) -> dict:
-    """A tiny folder's run arguments as settings: its size (and frames), the rest call options."""
-    call = dict(call)
-    size = {key: call.pop(key) for key in ("height", "width") if key in call}
-    if "num_frames" in call:
-        size["frames"] = call.pop("num_frames")
-    return {**size, "call_options": call}
 
 
 def run(repeats: int = 5) -> Section:

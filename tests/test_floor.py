@@ -34,14 +34,10 @@ def settings(family, tiny_folder, image, dtype="float32"):
     """The family's tiny run, 2 steps, with the input files its pipeline requires."""
     if family == "digits":
         return Settings(model=DIGITS, steps=2, batch_size=1, seed=1, dtype=dtype)
-    call = dict(TINY_MODELS[family].call)
-    size = {k: call.pop(k) for k in ("height", "width", "num_frames") if k in call}
-    if "num_frames" in size:
-        size["frames"] = size.pop("num_frames")
     pipeline = TINY_MODELS[family].pipelines[0]
     files = {name: image for name in recipe(pipeline).required_inputs if name in ("image", "mask", "control_image")}
     return Settings(model=tiny_folder(family), prompt="a red circle", steps=2, batch_size=1, seed=1, dtype=dtype,
-                    call_options=call, **size, **files)
+                    **TINY_MODELS[family].settings(), **files)
 
 
 @pytest.mark.parametrize("family, dtype", [(family, "float32") for family in FAMILIES] + [("sd", "float16")])

@@ -63,15 +63,12 @@ def image(tmp_path_factory):
 def settings(tiny_folder, image, family, **override):
     """The family's tiny run: 2 denoising steps, batch 1, its tiny call options."""
     name, pipeline, values = FAMILIES[family]
-    call = dict(TINY_MODELS[name].call)
-    size = {k: call.pop(k) for k in ("height", "width")}
-    if "num_frames" in call:  # a video's frames are an input (--frames), or those of the input video
-        frames = call.pop("num_frames")
-        if not values.get("video"):
-            size["frames"] = frames
+    tiny = TINY_MODELS[name].settings()
+    if values.get("video"):  # a video's frames are an input (--frames), or those of the input video
+        tiny.pop("frames", None)
     if name.startswith("wan") and not unipc_flow_timesteps_agree():  # as tests/test_families.py does for Wan
         values = {"scheduler": "FlowMatchEulerDiscreteScheduler", **values}
-    values = {"steps": 2, **size, **values, "call_options": call, **override}
+    values = {"steps": 2, **tiny, **values, **override}
     for key in ("image", "control_image"):  # the input image's file
         if values.pop(key, None):
             values[key] = image

@@ -34,6 +34,15 @@ class TinyModel:
     pipelines: Tuple[str, ...]
     call: Dict[str, Any] = field(default_factory=dict)
 
+    def settings(self) -> Dict[str, Any]:
+        """The tiny run's arguments as xrand settings: its size and frames (``--frames``), the
+        rest call options (``--call-option``)."""
+        call = dict(self.call)
+        values = {key: call.pop(key) for key in ("height", "width") if key in call}
+        if "num_frames" in call:
+            values["frames"] = call.pop("num_frames")
+        return {**values, "call_options": call}
+
 
 TINY_MODELS: Dict[str, TinyModel] = {
     "sd": TinyModel(tiny_sd.build_tiny_sd, ("StableDiffusionPipeline", "StableDiffusionImg2ImgPipeline"),
