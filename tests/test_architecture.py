@@ -14,7 +14,7 @@ PACKAGE = pathlib.Path(xrand.__file__).parent
 # Lowest first; a module may import only from its own layer or below. The package's own
 # __init__ is the public facade over everything, so it sits on top.
 LAYERS = {
-    "xrand._version": 0, "xrand.checks": 0, "xrand.numeric": 0, "xrand.files": 0,
+    "xrand._version": 0, "xrand.checks": 0, "xrand.numeric": 0, "xrand.files": 0, "xrand.cache": 0,
     "xrand.streams": 1,
     "xrand.backends": 2, "xrand.registry": 2,
     "xrand.generator": 3, "xrand.noise": 3, "xrand.determinism": 3, "xrand.brownian": 3,

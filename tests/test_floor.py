@@ -48,7 +48,7 @@ def test_the_floor_widened_per_call_is_the_floor_of_the_pipeline_cast_whole(fami
     weights = lambda: {name: (t.dtype, t.data_ptr()) for c in loaded.pipe.components.values()  # noqa: E731
                        if isinstance(c, torch.nn.Module) for name, t in c.state_dict(keep_vars=True).items()}
     before = weights()
-    floor = pipeline_floor(loaded, plan, images)
+    floor = pipeline_floor(loaded, plan, images, keep=False)
     assert weights() == before  # each tensor its own dtype and its own data again
 
     def whole(dtype_name):
@@ -57,3 +57,36 @@ def test_the_floor_widened_per_call_is_the_floor_of_the_pipeline_cast_whole(fami
 
     expected = noise_floor(whole, dtype, "float64", baseline=images)
     assert floor["rel_l2"] > 0 and (floor["rel_l2"], floor["max_abs"]) == (expected["rel_l2"], expected["max_abs"])
+
+
+def test_a_floor_is_kept_for_the_same_plan_and_images_and_measured_again_for_others(tmp_path, monkeypatch):
+    """A floor measured once is read back by a later run of the same plan whose compared images are
+    the same bits (xrand compare's second run of a model and settings skips its float64 run); one
+    bit of the images, the seed or an unwritable cache measures it again."""
+    from xrand.compare.floor import kept_floor
+
+    monkeypatch.setenv("XRAND_CACHE_DIR", str(tmp_path / "cache"))
+    plan = make_plan(Settings(model=DIGITS, steps=2, batch_size=1, seed=1), frameworks=("torch",))
+    loaded = load(plan, "torch")
+    images = run(loaded, plan).images
+    measured = []
+
+    def measure(plan=plan, images=images):
+        measured.append(plan.settings.seed)
+        return pipeline_floor(loaded, plan, images, keep=False)
+
+    first = kept_floor(plan, images, measure)
+    assert first["kept"].startswith(str(tmp_path / "cache" / "torch-floors" / ""))
+    assert kept_floor(plan, images, measure) == first and measured == [1]
+    assert {key: first[key] for key in ("rel_l2", "max_abs", "how")} == measure() and first["rel_l2"] > 0
+
+    other = images.copy()
+    other.flat[0] = np.nextafter(other.flat[0], np.float32(np.inf))
+    assert kept_floor(plan, other, lambda: measure(images=other))["kept"] != first["kept"]
+    seed = plan.cell(seed=2)
+    kept_floor(seed, run(loaded, seed).images, lambda: measure(plan=seed))
+    assert measured == [1, 1, 1, 2]
+
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("XRAND_CACHE_DIR", str(tmp_path / "file"))  # a file where the folder would be
+    assert "kept" not in kept_floor(plan, images, measure) and measured == [1, 1, 1, 2, 1]

@@ -275,11 +275,12 @@ def test_a_compare_killed_during_the_floor_keeps_both_sides_and_the_rerun_runs_o
                                                                "mindspore"]
 
 
-def test_a_large_models_mindspore_side_runs_in_a_process_of_its_own_with_the_same_result(
+def test_a_large_models_mindspore_stages_run_in_one_process_of_their_own_with_the_same_result(
         tiny_model, mindone, tmp_path, monkeypatch):
-    """Above OWN_PROCESS_BYTES of weights (here: any) MindSpore's side runs in a new process, which
-    gives its memory back when it ends; its side file and the report are what an in-process run
-    gives, and an error there comes back as the same one-line usage error."""
+    """Above OWN_PROCESS_BYTES of weights (here: any) MindSpore's stages run in one new process,
+    which loads its pipeline once for all of them and gives its memory back when it ends; its
+    outputs and the report are what an in-process run gives, and an error there comes back as the
+    same one-line usage error."""
     import xrand.compare.stages as staged
     from xrand import UsageError
     from xrand.cli import main
@@ -287,26 +288,32 @@ def test_a_large_models_mindspore_side_runs_in_a_process_of_its_own_with_the_sam
     command = ["compare", "--model", tiny_model, "--steps", "2", "--batch-size", "1", "--quiet", "--lockstep"]
     assert main([*command, "--out", str(tmp_path / "here")]) == 0
     monkeypatch.setattr(staged, "OWN_PROCESS_BYTES", 0)
-    children = []
-    real = staged.side_in_own_process
-    monkeypatch.setattr(staged, "side_in_own_process", lambda *a, **k: children.append(a[1]) or real(*a, **k))
+    children, loads = [], []
+    real = staged.stages_in_own_process
+    monkeypatch.setattr(staged, "stages_in_own_process", lambda store, names, quiet=True: children.append(names) or
+                        real(store, names, quiet))
     assert main([*command, "--out", str(tmp_path / "child")]) == 0
-    assert children == ["mindspore"]
+    assert children == [["mindspore weights", "mindspore", "lockstep"]]
     here, child = (json.load(open(tmp_path / name / "report.json")) for name in ("here", "child"))
     assert child["final"] == here["final"] and child["noise_floor"] == here["noise_floor"]
+    assert [{**w, "seconds": None} for w in (child["weights"], here["weights"])] == [{**here["weights"], "seconds": None}] * 2
     assert child["stages"]["done"] == ["torch weights", "torch", "floor", "mindspore weights", "mindspore",
                                        "lockstep"] and not child["stages"]["missing"]
     assert [s["local"] for s in child["steps"]] == [s["local"] for s in here["steps"]]
 
     # the weights gone after planning: the load fails in the child, and its usage error comes back
     from xrand.compare import make_plan
+    from xrand.compare.stages import Asks, Store
     from xrand.pipelines.settings import Settings
 
     model = shutil.copytree(tiny_model, tmp_path / "gone")
     plan = make_plan(Settings(model=str(model), steps=1, batch_size=1))
+    store = Store(plan, Asks(weights=False), str(tmp_path / "gone-out"))
+    store.start(["mindspore"])
     shutil.rmtree(model / "unet")
     with pytest.raises(UsageError, match="mindone.diffusers could not load the model .*gone"):
-        staged.side_in_own_process(plan, "mindspore", str(tmp_path / "x.safetensors"))
+        staged.stages_in_own_process(store, ["mindspore"])
+    assert not store.done("mindspore")
 
 
 def test_a_folder_of_another_comparison_is_refused_before_any_model_loads(tiny_model, mindone, tmp_path):

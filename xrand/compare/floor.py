@@ -8,11 +8,14 @@ dtype (float64) against the dtype being compared (float32). :func:`noise_floor` 
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Callable, Dict, Optional
 
 import numpy as np
 
+from ..cache import cache_dir, key_of, source_digest
 from ..checks import UsageError
+from ..files import write_json
 from ..frameworks.torch import widened
 from .metrics import flat, rel_l2
 from .plan import Plan
@@ -76,11 +79,14 @@ class DrawsIn(CountingGenerator):
             torch.set_default_dtype(previous)
 
 
-def pipeline_floor(loaded: Loaded, plan: Plan, images: np.ndarray) -> Dict[str, Any]:
+def pipeline_floor(loaded: Loaded, plan: Plan, images: np.ndarray, keep: bool = True) -> Dict[str, Any]:
     """:func:`noise_floor` of a loaded torch side: its ``images`` (the plan's dtype) against the
     same run (:func:`.sides.run`, any recipe and scheduler) in float64, the noise drawn as in the
     plan's dtype and cast up. Each submodule is float64 only while it runs (:func:`widened`): the
-    stage holds the weights once, not a float64 copy of them."""
+    stage holds the weights once, not a float64 copy of them.
+
+    ``keep``: the floor is kept in xrand's cache (:func:`kept_floor`) and read from there by a later
+    run of the same plan whose ``images`` are the same bits; its ``kept`` names the file."""
     settings = plan.settings
 
     def run64(dtype: str) -> np.ndarray:
@@ -88,5 +94,54 @@ def pipeline_floor(loaded: Loaded, plan: Plan, images: np.ndarray) -> Dict[str, 
         with widened(loaded.pipe.components.values()):
             return run(loaded, plan, generator=generator).images
 
-    return noise_floor(run64, settings.dtype, "float64", baseline=images,
-                       what=f"the final images of {plan.pipeline} with {plan.scheduler.cls} (--steps {settings.steps})")
+    def measure() -> Dict[str, Any]:
+        return noise_floor(run64, settings.dtype, "float64", baseline=images,
+                           what=f"the final images of {plan.pipeline} with {plan.scheduler.cls} (--steps {settings.steps})")
+
+    return kept_floor(plan, images, measure) if keep else measure()
+
+
+FLOORS = "torch-floors"  # the cache's subfolder (xrand.cache)
+
+
+def kept_floor(plan: Plan, images: np.ndarray, measure: Callable[[], Dict[str, Any]]) -> Dict[str, Any]:
+    """``measure()``, kept in ``$XRAND_CACHE_DIR/torch-floors/KEY.json`` and read from there by later
+    runs of the same key: the plan's identity (configs, weights, settings, seed, noise), torch's
+    device, the versions of xrand (and its source), torch, diffusers and transformers, and the
+    compared run's ``images`` bit for bit (the float64 run starts from the same inputs and noise).
+    The floor says where it is kept (``kept``); where the cache cannot be written it is measured
+    and not kept."""
+    import hashlib
+    import json
+
+    parts = {"plan": plan.identity(), "torch_device": plan.devices.get("torch"), "images": hashlib.sha256(
+        np.ascontiguousarray(images).tobytes()).hexdigest(), **_versions()}
+    path = os.path.join(cache_dir(FLOORS), key_of(parts) + ".json")
+    try:
+        with open(path) as f:
+            saved = json.load(f)
+        if saved["key"] == json.loads(json.dumps(parts)):
+            return saved["floor"]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # not kept yet, or unreadable: measured again
+    floor = measure()
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        write_json(path, {"key": parts, "floor": {**floor, "kept": path}})
+    except OSError:
+        return floor
+    return {**floor, "kept": path}
+
+
+def _versions() -> Dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    from .._version import __version__
+
+    found = {"xrand": __version__, "xrand_source": source_digest()}
+    for name in ("torch", "diffusers", "transformers"):
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = None
+    return found

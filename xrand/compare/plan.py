@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..checks import UsageError, UsageTypeError
+from ..files import json_safe
 from ..frameworks import (BFLOAT16_ON_CPU, DEFAULT_MINDSPORE_MODE, FRAMEWORKS, PYNATIVE_ABOVE_BYTES, check_framework,
                           check_mindspore_mode, framework, large_model_pynative)
 from ..frameworks.quiet import silenced
@@ -97,6 +98,13 @@ class Plan:
         values.update(self.input_files)
         return {"model": self.folder.digest, "pipeline": self.pipeline, "scheduler": self.scheduler.cls,
                 "settings": values}
+
+    def identity(self) -> Dict[str, Any]:
+        """What every result of this plan depends on (a comparison folder's, a kept floor's): the
+        graph's identity, the seed, the noise and the weights' digest. The model folder's path is
+        not part of it (the other machine's may differ); its configs and weights are."""
+        return json_safe({**self.graph_identity(), "seed": self.settings.seed, "noise": self.settings.noise,
+                          "weights": self.folder.fingerprint()})
 
     def cell(self, seed: Optional[int] = None, scheduler: Optional[str] = None,
              scheduler_options: Optional[Mapping[str, Any]] = None, dtype: Optional[str] = None) -> "Plan":

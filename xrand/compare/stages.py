@@ -148,14 +148,6 @@ def _covers(done: Mapping[str, Any], wanted: Mapping[str, Any], stage: str) -> b
     return done == wanted
 
 
-def identity(plan: Plan) -> Dict[str, Any]:
-    """What every stage's result depends on: a folder that holds another identity is another
-    comparison. The model folder's path is not part of it (the other machine's may differ); its
-    configs and weights are."""
-    return json_safe({**plan.graph_identity(), "seed": plan.settings.seed, "noise": plan.settings.noise,
-                      "weights": plan.folder.fingerprint()})
-
-
 def planned(plan: Plan) -> Dict[str, Any]:
     """The plan as the manifest keeps it: enough to make it again on the other machine."""
     from ..models import DIGITS
@@ -230,7 +222,7 @@ class Store:
         self.plan, self.asks, self.folder = plan, asks, folder
         self.tolerance = plan.tolerance
         self.held: Dict[str, Any] = {}  # stage -> what it left, in memory (a folder's: read back when asked)
-        self.manifest: Dict[str, Any] = {"xrand_comparison": MANIFEST_VERSION, "identity": identity(plan),
+        self.manifest: Dict[str, Any] = {"xrand_comparison": MANIFEST_VERSION, "identity": plan.identity(),
                                          "plan": planned(plan), "asks": asks.to_dict(), "components": {},
                                          "runtime": {}, "stages": {}}
         if folder is not None:
@@ -239,6 +231,15 @@ class Store:
                 self._check_same(written)
                 self.manifest.update(stages=written["stages"], components=written["components"],
                                      runtime=written.get("runtime", {}))
+
+    @classmethod
+    def reopened(cls, plan: Plan, asks: Asks, folder: str) -> "Store":
+        """The store of a folder that another process of this comparison started (and checked):
+        its manifest as written there."""
+        store = cls.__new__(cls)
+        store.plan, store.asks, store.folder, store.tolerance, store.held = plan, asks, folder, plan.tolerance, {}
+        store.manifest = read_manifest(folder)
+        return store
 
     def _check_same(self, written: Mapping[str, Any]) -> None:
         here = component_digests(self.plan.folder)
@@ -279,6 +280,14 @@ class Store:
         if self.folder is not None:
             self.manifest["asks"] = self.asks.to_dict()
             write_json(os.path.join(self.folder, MANIFEST), self.manifest)
+
+    def reread(self, stages: Sequence[str]) -> None:
+        """The folder's manifest read back after another process ran ``stages`` into it."""
+        written = read_manifest(self.folder)
+        if written is not None:
+            self.manifest["stages"] = written["stages"]
+        for stage in stages:
+            self.held.pop(stage, None)
 
     def done(self, stage: str) -> bool:
         entry = self.manifest["stages"].get(stage)
@@ -476,14 +485,9 @@ def _mindspore_weights(plan: Plan, store: Store, pipes: Any) -> None:
 
         check_file(store.folder, TORCH_WEIGHTS, store.files("torch weights")[TORCH_WEIGHTS], "torch weights")
         kept = load_file(store.path(TORCH_WEIGHTS))
-    if _own_process(plan, store, pipes):  # as MindSpore's side runs (OWN_PROCESS_BYTES)
-        pipes.release("torch")
-        side = weights_in_own_process(plan, "mindspore", kept, pipes.quiet)
-    else:
-        side = _weights("mindspore", plan, pipes, kept)
-    summary = side.to_dict()
+    summary = _weights("mindspore", plan, pipes, kept).to_dict()
     store.finish("mindspore weights", {"side": summary, "comparison": compare_weights(torch_side, summary)},
-                 seconds=side.seconds)
+                 seconds=summary["seconds"])
 
 
 def _own_process(plan: Plan, store: Store, pipes: Any) -> bool:
@@ -522,14 +526,8 @@ def _floor(plan: Plan, store: Store, pipes: Any) -> None:
 
 def _mindspore(plan: Plan, store: Store, pipes: Any) -> None:
     start = time.perf_counter()
-    if _own_process(plan, store, pipes):
-        pipes.release("torch")
-        side = side_in_own_process(plan, "mindspore", store.side_path("mindspore"), pipes.quiet)
-        files = {"mindspore.safetensors": file_entry(store.side_path("mindspore"))}
-    else:
-        side = fingerprinted(run(pipes.get("mindspore"), plan))
-        files = store.save_side(side)
-    store.finish("mindspore", files=files, held=side, seconds=time.perf_counter() - start)
+    side = fingerprinted(run(pipes.get("mindspore"), plan))
+    store.finish("mindspore", files=store.save_side(side), held=side, seconds=time.perf_counter() - start)
 
 
 def _mindspore_layers(plan: Plan, store: Store, pipes: Any) -> None:
@@ -570,17 +568,16 @@ RUNS: Dict[str, Callable[[Plan, Store, Any], None]] = {
     "lockstep": _lockstep}
 
 
-def side_in_own_process(plan: Plan, framework: str, path: str, quiet: bool = True) -> Side:
-    """Run one side in a new process that writes its side file to ``path`` and ends; return the
-    side read back. Its errors come back as they were raised (a ``UsageError`` stays one)."""
-    _in_own_process(_side_work, (plan, framework, path, quiet), f"the {framework} side")
-    return load_side(path)
-
-
-def weights_in_own_process(plan: Plan, framework: str, against: Mapping[str, Any], quiet: bool = True) -> SideWeights:
-    """A side's loaded weights checked in a new process (what :data:`OWN_PROCESS_BYTES` is for)."""
-    data = _in_own_process(_weights_work, (plan, framework, against, quiet), f"the {framework} weights' check")
-    return SideWeights(data["framework"], data["tensors"], data["seconds"])
+def stages_in_own_process(store: Store, names: Sequence[str], quiet: bool = True) -> None:
+    """Run MindSpore's stages ``names`` of a comparison folder in a new process, which loads its
+    pipeline once for all of them, writes what they leave into the folder and ends (giving back
+    everything MindSpore held); ``store`` then reads them back. Its errors come back as they were
+    raised (a ``UsageError`` stays one); stages it finished before one stay in the folder."""
+    try:
+        _in_own_process(_stages_work, (store.plan, store.asks, store.folder, list(names), quiet),
+                        f"MindSpore's {', '.join(names)}")
+    finally:
+        store.reread(names)
 
 
 def _in_own_process(work: Callable[..., Any], args: Tuple[Any, ...], what: str) -> Any:
@@ -618,13 +615,11 @@ def _child(work: Callable[..., Any], args: Tuple[Any, ...], send: Any) -> None:
     send.send(("done", result))
 
 
-def _side_work(plan: Plan, framework: str, path: str, quiet: bool) -> None:
-    save_side(fingerprinted(run(load(plan, framework, quiet), plan)), path)
-
-
-def _weights_work(plan: Plan, framework: str, against: Mapping[str, Any], quiet: bool) -> Dict[str, Any]:
-    loaded = load(plan, framework, quiet)
-    return side_weights(loaded.fw, loaded.pipe, plan.folder, model_components(plan.folder), against).to_dict()
+def _stages_work(plan: Plan, asks: Asks, folder: str, names: Sequence[str], quiet: bool) -> None:
+    store, pipes = Store.reopened(plan, asks, folder), Loading(plan, quiet)
+    for name in names:
+        RUNS[name](plan, store, pipes)
+    pipes.release("mindspore")
 
 
 # ----------------------------------------------------------------------------- the runner
@@ -712,19 +707,37 @@ def run_stages(store: Store, pipes: Any, frameworks: Sequence[str] = ("torch", "
                        [s for s in wanted if not store.done(s)], store.bytes())
 
     with patched():  # once for every stage: (un)patching scans every loaded module
-        for i, name in enumerate(todo):
-            if store.folder is not None:
-                say(f"xrand: running {name}")
-            RUNS[name](plan, store, pipes)
-            if i + 1 < len(todo) and BY_NAME[todo[i + 1]].framework != BY_NAME[name].framework:
-                pipes.release(BY_NAME[name].framework)
-            trim_heap()  # what the stage freed, given back before the next one starts
-            on_stage(outcome())
+        for group in _groups(todo):
+            framework = BY_NAME[group[0]].framework
+            if framework == "mindspore" and _own_process(plan, store, pipes):
+                pipes.release("torch")
+                say(f"xrand: running {', '.join(group)} (in a process of their own)")
+                stages_in_own_process(store, group, pipes.quiet)
+                on_stage(outcome())
+                continue
+            for name in group:
+                if store.folder is not None:
+                    say(f"xrand: running {name}")
+                RUNS[name](plan, store, pipes)
+                if name == group[-1]:
+                    pipes.release(framework)
+                trim_heap()  # what the stage freed, given back before the next one starts
+                on_stage(outcome())
     for fw in frameworks:
         pipes.release(fw)
     return outcome()
 
 
+def _groups(stages: Sequence[str]) -> List[List[str]]:
+    """``stages`` in runs of one framework's, in order."""
+    groups: List[List[str]] = []
+    for name in stages:
+        if groups and BY_NAME[groups[-1][0]].framework == BY_NAME[name].framework:
+            groups[-1].append(name)
+        else:
+            groups.append([name])
+    return groups
+
+
 __all__ = ["Asks", "Held", "Loading", "MANIFEST", "OWN_PROCESS_BYTES", "Outcome", "STAGES", "Stage", "Store",
-           "comparison_of", "plan_from_manifest", "read_manifest", "run_stages", "side_in_own_process",
-           "weights_in_own_process"]
+           "comparison_of", "plan_from_manifest", "read_manifest", "run_stages", "stages_in_own_process"]

@@ -32,8 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import hashlib
-import json
 import os
 import platform
 import shutil
@@ -43,6 +41,7 @@ from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
 
 import numpy as np
 
+from ..cache import cache_dir, key_of, source_digest
 from ..checks import check_choice
 from .base import Framework
 from .threads import choose as choose_threads, measure as measure_load
@@ -273,7 +272,6 @@ class MindSpore(Framework):
 
 # ----------------------------------------------------------------------------- the compile cache
 
-CACHE_DIR_VARIABLE = "XRAND_CACHE_DIR"
 SUBFOLDER = "mindspore-graphs"
 OFF_TAKEN = ("off: MindSpore reads one compile-cache folder per process, and an earlier run of this process "
              "used it; compiled now")
@@ -284,26 +282,7 @@ _taken: Optional[str] = None  # the key of the process's first cached run
 
 def cache_root() -> str:
     """Where the keyed folders go: ``$XRAND_CACHE_DIR/mindspore-graphs`` or the XDG cache's."""
-    base = os.environ.get(CACHE_DIR_VARIABLE)
-    if not base:
-        xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        base = os.path.join(xdg, "xrand")
-    return os.path.join(os.path.abspath(base), SUBFOLDER)
-
-
-def source_digest() -> str:
-    """sha256 over every .py file of the installed xrand package (its CPU fallbacks, its recipes...)."""
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    digest = hashlib.sha256()
-    for folder, dirs, files in sorted(os.walk(package)):
-        dirs.sort()
-        for name in sorted(files):
-            if name.endswith(".py"):
-                path = os.path.join(folder, name)
-                digest.update(os.path.relpath(path, package).encode() + b"\0")
-                with open(path, "rb") as f:
-                    digest.update(hashlib.sha256(f.read()).digest())
-    return digest.hexdigest()
+    return cache_dir(SUBFOLDER)
 
 
 def key_parts(identity: Mapping[str, Any]) -> Dict[str, Any]:
@@ -326,8 +305,7 @@ def key_parts(identity: Mapping[str, Any]) -> Dict[str, Any]:
 
 
 def cache_key(identity: Mapping[str, Any]) -> str:
-    text = json.dumps(key_parts(identity), sort_keys=True, default=repr)
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
+    return key_of(key_parts(identity))
 
 
 def _mindspore_cache_set_elsewhere() -> bool:
