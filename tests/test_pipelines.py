@@ -360,3 +360,20 @@ def test_settings_are_checked_once_and_frozen():
     alias = Settings(model="x", scheduler="dpm++-2m-sde", scheduler_options={"use_karras_sigmas": True})
     assert alias.scheduler == "DPMSolverMultistepScheduler"
     assert alias.scheduler_options == {"algorithm_type": "sde-dpmsolver++", "use_karras_sigmas": True}
+
+
+def test_a_torch_side_on_a_gpu_reports_whether_its_float32_may_run_in_tf32(monkeypatch):
+    """On an H100 cuDNN's float32 convolutions run in TF32 unless told not to: torch's own float32
+    floor there is 1.4e-4 against 9.3e-7 with NVIDIA_TF32_OVERRIDE=0 (README, two machines), so a
+    GPU side's environment says which ran. A CPU side says nothing of it."""
+    from xrand.frameworks.torch import Torch
+
+    monkeypatch.setenv("NVIDIA_TF32_OVERRIDE", "0")
+    fw = Torch()
+    with fw.running("cuda", "pynative") as state:
+        env = fw.environment("pynative", state)
+    assert env == {"torch_tf32": {"cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
+                                  "cuda.matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+                                  "NVIDIA_TF32_OVERRIDE": "0"}}
+    with fw.running(None, "pynative") as state:
+        assert fw.environment("pynative", state) == {}

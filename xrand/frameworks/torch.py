@@ -9,12 +9,24 @@ diffusers and transformers pin inside their models float64 too.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterable, Iterator
+import os
+from typing import Any, Dict, Iterable, Iterator
 
 import numpy as np
 
 from .base import Framework
 from .threads import choose as choose_threads
+
+
+def tf32_settings() -> Dict[str, Any]:
+    """Whether torch's float32 convolutions and matrix products on a GPU may run in TF32 (10-bit
+    mantissas): cuDNN's convolutions may by default, which makes torch's own float32 floor on an
+    H100 about 150x the CPU's (README, two machines). ``NVIDIA_TF32_OVERRIDE=0`` turns it off."""
+    import torch
+
+    return {"cudnn.allow_tf32": bool(torch.backends.cudnn.allow_tf32),
+            "cuda.matmul.allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+            "NVIDIA_TF32_OVERRIDE": os.environ.get("NVIDIA_TF32_OVERRIDE")}
 
 
 class Torch(Framework):
@@ -98,8 +110,12 @@ class Torch(Framework):
     def running(self, device, mode, identity=None):
         import torch
 
+        state = {"torch_tf32": tf32_settings()} if device is not None and str(device).startswith("cuda") else {}
         with torch.no_grad():
-            yield {}
+            yield state
+
+    def environment(self, mode, state, mode_reason=None):
+        return {key: state[key] for key in ("torch_tf32",) if key in state}
 
     @contextlib.contextmanager
     def threads(self, load):
