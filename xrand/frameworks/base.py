@@ -78,7 +78,7 @@ class Framework:
         """``cls_name.from_pretrained(path)`` from the library, in ``dtype`` on ``device``; or, for
         a single file of weights, ``from_single_file(single_file, config=path)`` (offline)."""
         library = self.import_library()
-        with self.running(device, "pynative"), silenced():
+        with self.running(device, "pynative"), silenced(), self.loading():
             self.prepare()
             cls = getattr(library, cls_name)  # a lazy attribute: imports the pipeline's modules (chatty)
             dtype_argument = {self._dtype_argument: self.dtype(dtype)}
@@ -93,6 +93,10 @@ class Framework:
 
     _dtype_argument = ""
 
+    def loading(self) -> contextlib.AbstractContextManager:
+        """Around every ``from_pretrained``: how the library reads the weights (as it does here)."""
+        return contextlib.nullcontext()
+
     def single_file_loading(self) -> contextlib.AbstractContextManager:
         """Around ``from_single_file``: what the library needs to read one (nothing here)."""
         return contextlib.nullcontext()
@@ -101,7 +105,7 @@ class Framework:
                        variant: Optional[str] = None) -> Any:
         """One component of a pipeline folder, ``cls.from_pretrained(path, subfolder=...)`` in ``dtype``
         (from the ``variant``'s files where it has them)."""
-        with self.running(device, "pynative"), silenced(), _load_errors(path, self.library):
+        with self.running(device, "pynative"), silenced(), self.loading(), _load_errors(path, self.library):
             component = cls.from_pretrained(path, subfolder=subfolder, variant=variant,
                                             **{self._dtype_argument: self.dtype(dtype)})
         return self._placed(component, device)

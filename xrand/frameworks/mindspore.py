@@ -126,6 +126,11 @@ class MindSpore(Framework):
         count, why = choose_threads(measure_load()) if mindspore_cpu.threads_to_set() else (None, None)
         mindspore_cpu.tune_cpu_runtime(count, why)
 
+    def loading(self):
+        from .mindspore_loading import weights_read_once
+
+        return weights_read_once()  # the weights held once while they load, not twice
+
     @contextlib.contextmanager
     def single_file_loading(self):
         # mindone/diffusers/loaders/single_file_utils.py create_diffusers_clip_model_from_ldm reads
