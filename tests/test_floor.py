@@ -90,3 +90,28 @@ def test_a_floor_is_kept_for_the_same_plan_and_images_and_measured_again_for_oth
     (tmp_path / "file").write_text("")
     monkeypatch.setenv("XRAND_CACHE_DIR", str(tmp_path / "file"))  # a file where the folder would be
     assert "kept" not in kept_floor(plan, images, measure) and measured == [1, 1, 1, 2, 1]
+
+
+@pytest.mark.parametrize("channels, kernel, stride, padding, dilation, groups", [
+    ((8, 16), 3, 1, 1, 1, 1), ((8, 16), 3, 2, 1, 1, 1), ((8, 8), 3, 1, 2, 2, 2), ((4, 6), 1, 1, 0, 1, 1),
+    ((6, 6), (3, 1), (2, 1), (1, 0), 1, 3)])
+def test_a_float64_convolution_too_large_to_unfold_at_once_runs_in_row_blocks(
+        channels, kernel, stride, padding, dilation, groups, monkeypatch):
+    """Under widened_torch a float64 convolution that would unfold more than IM2COL_BYTES at once
+    (an SD-1.5-sized VAE decoder's: 1.2 GB at 256 px) runs in blocks of output rows: the same
+    shape and values as the whole convolution, but for the order of its sums."""
+    import xrand.frameworks.torch as frameworks_torch
+    from xrand.frameworks.torch import conv2d_in_row_blocks, widened_torch
+
+    monkeypatch.setattr(frameworks_torch, "IM2COL_BYTES", 4096)
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(*channels, kernel, stride, padding, dilation, groups).double()
+    x = torch.randn(2, channels[0], 23, 26, dtype=torch.float64)
+    with torch.no_grad():
+        whole = conv(x)
+        assert conv2d_in_row_blocks(x, conv.weight, conv.bias, stride, padding, dilation, groups) is not None
+        with widened_torch():
+            blocks = conv(x)
+        assert conv2d_in_row_blocks(x.float(), conv.weight.float()) is None  # float32: oneDNN, no unfolding
+    assert blocks.shape == whole.shape and blocks.dtype == torch.float64
+    torch.testing.assert_close(blocks, whole, rtol=1e-13, atol=1e-13)

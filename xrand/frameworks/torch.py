@@ -244,6 +244,10 @@ def widened_torch() -> Iterator[None]:
             func = to_double.get(func, func)
             args = tuple(widen(a) for a in args)
             kwargs = {k: widen(v) for k, v in (kwargs or {}).items()}
+            if func is torch.conv2d:
+                out = conv2d_in_row_blocks(*args, **kwargs)
+                if out is not None:
+                    return out
             out = func(*args, **kwargs)
             if func is torch.tensor and kwargs.get("dtype") is None and out.is_floating_point():
                 # torch.tensor(data) keeps the dtype of tensors in data: a list of float32 scheduler
@@ -259,6 +263,42 @@ def widened_torch() -> Iterator[None]:
             yield
     finally:
         torch.set_default_dtype(previous)
+
+
+#: The most a float64 convolution unfolds at once (:func:`conv2d_in_row_blocks`).
+IM2COL_BYTES = 1 << 28
+
+
+def conv2d_in_row_blocks(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """``torch.conv2d`` of a float64 batch in blocks of output rows, where it would unfold more
+    than :data:`IM2COL_BYTES` at once; None where it would not (or for padding given by name).
+
+    torch's CPU convolution has no oneDNN kernel for float64: it unfolds its input whole (im2col,
+    in-channels x kernel x output positions: 1.2 GB for an SD-1.5-sized VAE decoder's last
+    convolutions at 256 px), the floor stage's peak (benchmarks/RESULTS.md figure 15). Each block
+    is the same convolution of the rows it reads (the input zero-padded once, as torch pads);
+    the sums run in another order, so its values may differ from the whole convolution's in the
+    last bits (about 1e-13 relative), far below the float32 differences the floor measures."""
+    import torch
+
+    if input.dtype != torch.float64 or input.dim() != 4 or isinstance(padding, str):
+        return None
+    (sh, sw), (ph, pw), (dh, dw) = (_pair(v) for v in (stride, padding, dilation))
+    kh, kw = weight.shape[-2:]
+    height, width = input.shape[2] + 2 * ph, input.shape[3] + 2 * pw
+    rows, columns = (height - dh * (kh - 1) - 1) // sh + 1, (width - dw * (kw - 1) - 1) // sw + 1
+    per_row = input.shape[1] * kh * kw * columns * 8
+    if rows <= 1 or per_row * rows <= IM2COL_BYTES:
+        return None
+    padded = torch.nn.functional.pad(input, (pw, pw, ph, ph))
+    block = max(1, IM2COL_BYTES // per_row)
+    parts = [torch.conv2d(padded[:, :, r * sh:(min(rows, r + block) - 1) * sh + dh * (kh - 1) + 1], weight, bias,
+                          (sh, sw), 0, (dh, dw), groups) for r in range(0, rows, block)]
+    return torch.cat(parts, dim=2)
+
+
+def _pair(value: Any) -> tuple:
+    return tuple(value) * (2 // len(value)) if isinstance(value, (tuple, list)) else (value, value)
 
 
 #: where torch's functions live -> how ``--ops`` names them
