@@ -21,7 +21,9 @@ Figures (one file each, also runnable alone):
  13 bench_threads.py       the default xrand compare beside a busy process: threads as before and by the load
  14 bench_lockstep.py      a lockstep step against a free-running step on MindSpore's side, per family
  15 bench_floor.py         the float64 floor on the SD-1.5-sized model: widened per call against cast whole
-                           (only with --only 15: about 3 minutes, the 4.1 GB folder of figure 10)
+                           (only with --only 15: about 5 minutes, the 4.1 GB folder of figure 10)
+ 16 bench_cost.py          the whole default xrand compare against torch's own pipeline alone (digits and the
+                           SD-1.5-sized model; only with --only 16: about 12 minutes, the folder of figure 10)
 
 About 5 minutes on 2 cores. Timings interleave the compared calls; each figure records how
 much CPU other processes took meanwhile, so a shared machine shows in the results. With
@@ -59,9 +61,10 @@ FIGURES = {
     13: ("bench_threads", {}),
     14: ("bench_lockstep", {}),
     15: ("bench_floor", {}),
+    16: ("bench_cost", {}),
 }
-#: Figures run only when --only names them (10, 12, 15: 20, 10 and 3 minutes, a 4.1 GB model folder).
-ON_REQUEST = {10, 12, 15}
+#: Figures run only when --only names them (10, 12, 15, 16: 20, 10, 5 and 12 minutes, a 4.1 GB model folder).
+ON_REQUEST = {10, 12, 15, 16}
 
 
 def run_figure(number: int) -> Section:
