@@ -14,7 +14,9 @@ MindSpore in its default mode for this folder, PyNative), the first size with ev
 (``--layers --lockstep``, noise floor on), larger sizes the sides only, 2 steps (machine time). A
 thread samples the resident memory of the process and its children (VmRSS) every 50 ms and keeps
 the peak per stage; the stage is set by wrapping each stage's function (``stages.RUNS``) and the
-loads. Target: every stage within 12 GB (half this machine's 24 GB).
+loads. MindSpore's stages of this folder (above ``stages.OWN_PROCESS_BYTES``) run in one process
+of their own, its load included: one row, their seconds each from manifest.json in the notes.
+Target: every stage within 12 GB (half this machine's 24 GB).
 
 Records (two machines): for each size a fresh process runs torch's stages only (``xrand compare
 --only torch --lockstep --layers``, 2 steps, no floor), and once more with ``--layers-scope
@@ -101,6 +103,7 @@ def child(argv) -> None:
         return wrapped
 
     stages.load = stage(lambda args: f"load {args[1]}", stages.load)
+    stages.stages_in_own_process = stage(OWN_PROCESS, stages.stages_in_own_process)
     for name, fn in list(stages.RUNS.items()):
         stages.RUNS[name] = stage(STAGE_LABELS.get(name, name), fn)
     step_times = {}
@@ -138,6 +141,7 @@ def child(argv) -> None:
     outcome = stages.run_stages(store, stages.Loading(plan), ("torch",) if only_torch else ("torch", "mindspore"),
                                 on_stage)
     comparison = outcome.comparison
+    stage_seconds = {name: entry["seconds"] for name, entry in store.manifest["stages"].items()}
     shutil.rmtree(out)
     if only_torch:
         done.set()
@@ -154,7 +158,7 @@ def child(argv) -> None:
         per_step[name] = {"later_steps": statistics.median(gaps) if gaps else None, "steps": len(times)}
     sides = {s: comparison.seconds.get(s) for s in ("torch", "mindspore")}
     print(json.dumps({"size": size, "steps_run": steps, "peaks_gb": {k: v / gb for k, v in peaks.items()}, "seconds": seconds,
-                      "steps": per_step, "side_seconds": sides, "report_seconds": sum(report_seconds),
+                      "steps": per_step, "side_seconds": sides, "stage_seconds": stage_seconds, "report_seconds": sum(report_seconds),
                       "total_seconds": total, "hwm_gb": hwm / gb, "rel_l2": comparison.final["rel_l2"],
                       "floor": (comparison.noise_floor or {}).get("rel_l2"),
                       "culprit": comparison.layers.culprit if comparison.layers else None,
@@ -225,8 +229,10 @@ def model_folder(folder: Path) -> str:
 
 
 STAGE_LABELS = {"torch": "torch side", "mindspore": "mindspore side", "floor": "floor (torch float64)"}
+#: MindSpore's stages of a folder above OWN_PROCESS_BYTES: one process for all of them (its load included)
+OWN_PROCESS = "mindspore stages, one process of their own (load, weights' check, side, layers, lockstep)"
 ORDER = ["load torch", "torch side", "torch layers", "floor (torch float64)", "load mindspore", "mindspore side",
-         "mindspore layers", "lockstep", "report", "between stages"]
+         "mindspore layers", "lockstep", OWN_PROCESS, "report", "between stages"]
 SPEED_SIDES = {"torch": "torch", "mindspore:pynative": "MindSpore PyNative", "mindspore:graph": "MindSpore graph mode"}
 
 
@@ -271,7 +277,8 @@ def run(repeats: int = 1, sizes=(256, 512), model_dir: str = "", parts=("stages"
                 f"(VmHWM) {data['hwm_gb']:.2f} GB; rel L2 {data['rel_l2']:.3g}"
                 + (f", torch's floor {data['floor']:.3g}" if data["floor"] is not None else "")
                 + (f"; layers: {data['modules']} module calls, culprit {data['culprit']}" if data["modules"] else "")
-                + f"; MindSpore ran {data['mode']}")
+                + f"; MindSpore ran {data['mode']}; each stage's seconds (manifest.json): "
+                + ", ".join(f"{name} {took:.1f}" for name, took in data["stage_seconds"].items()))
             for side, label in SPEED_SIDES.items():
                 if side == "mindspore:graph" and not every:
                     section.notes.append(

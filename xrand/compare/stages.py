@@ -450,8 +450,9 @@ def trim_heap() -> None:
 
 # ----------------------------------------------------------------------------- the stages
 
-#: A model folder with more weights than this runs MindSpore's side, and its weights' check, each
-#: in a process of its own when the comparison goes to a folder: MindSpore keeps memory after its
+#: A model folder with more weights than this runs MindSpore's stages (one run of them after
+#: torch's: its weights' check, side, layers, lockstep) in one process of their own, which loads
+#: the pipeline once, when the comparison goes to a folder: MindSpore keeps memory after its
 #: pipeline is dropped (in graph mode, about half of what its side held); a process that ends gives
 #: all of it back. Smaller folders run them here (a new process costs seconds: importing MindSpore
 #: and mindone).
