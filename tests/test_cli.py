@@ -14,7 +14,7 @@ from xrand.cli import main
 pytest.importorskip("torch")
 pytest.importorskip("diffusers")
 
-from conftest import make_tiny_model  # noqa: E402
+from conftest import make_tiny_model, xrand_here  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +61,11 @@ def test_failing_tolerance_exits_1(mindone, tmp_path):
     assert report["verdict"] == "fail"
 
 
+#: one error of each kind through a fresh interpreter: argparse's, a setting's, one found while building
+#: the pipeline (test_an_option_the_scheduler_lacks_... runs another, with both sides built, in one too)
+FRESH_PROCESS = {"compare --steps ten", "compare --steps 0", "compare --scheduler flowmatcheulerdiscrete"}
+
+
 @pytest.mark.parametrize("args, message", [
     (["compare", "--model", "/no/such/model"], "model '/no/such/model' is not a folder"),
     (["compare", "--steps", "0"], "steps must be a positive integer, got 0"),
@@ -103,8 +108,11 @@ def test_failing_tolerance_exits_1(mindone, tmp_path):
     (["run", "--backend", "torch", "--scheduler", "euler", "--scheduler-option", "karras=1", "--steps", "1", "--out",
       "x.safetensors"], "EulerDiscreteScheduler has no option 'karras'; accepted: config keys num_train_timesteps"),
 ])
-def test_user_errors_are_one_line_without_traceback(args, message, tmp_path):
-    out = xrand_cli(*args, cwd=str(tmp_path))
+def test_user_errors_are_one_line_without_traceback(args, message, tmp_path, monkeypatch, capfd):
+    """The errors of FRESH_PROCESS in a new ``python -m xrand`` (what a user's shell sees, framework
+    imports included); the others through ``main`` in this process, stderr read at the descriptor."""
+    fresh = " ".join(args) in FRESH_PROCESS
+    out = xrand_cli(*args, cwd=str(tmp_path)) if fresh else xrand_here(args, tmp_path, monkeypatch, capfd)
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
