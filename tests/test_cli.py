@@ -137,15 +137,16 @@ def test_bad_file_content_is_one_line(tmp_path):
     assert "Traceback" not in out.stderr
 
 
-def test_corrupt_model_weights_is_a_clean_error(tiny_model, tmp_path):
+def test_corrupt_model_weights_is_a_clean_error(tiny_model, tmp_path, monkeypatch, capfd):
+    """Through main in this process (conftest.xrand_here): a traceback would fail the test itself."""
     import shutil
 
     broken = tmp_path / "broken"
     shutil.copytree(tiny_model, broken)
     weights = broken / "unet" / "diffusion_pytorch_model.safetensors"
     weights.write_bytes(weights.read_bytes()[:1000])
-    out = xrand_cli("run", "--backend", "torch", "--model", str(broken), "--steps", "1", "--out",
-                    str(tmp_path / "side.safetensors"))
+    out = xrand_here(["run", "--backend", "torch", "--model", str(broken), "--steps", "1", "--out",
+                      str(tmp_path / "side.safetensors")], tmp_path, monkeypatch, capfd)
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
     assert not (tmp_path / "side.safetensors").exists()
 
