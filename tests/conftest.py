@@ -160,6 +160,25 @@ def run_python(code: str, env=None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full_env, timeout=300)
 
 
+def xrand_here(args, cwd, monkeypatch, capfd, env=None) -> subprocess.CompletedProcess:
+    """``xrand ARGS`` through ``xrand.cli.main`` in this process, from ``cwd`` with ``env`` added:
+    what ``subprocess.run([python, "-m", "xrand", ...])`` returns (stdout and stderr read at the file
+    descriptors), without a new interpreter's imports. For the command line's checks that do not need
+    a fresh process; each such behaviour keeps a test of its own in one."""
+    from xrand.cli import main
+
+    monkeypatch.chdir(cwd)
+    for name, value in (env or {}).items():
+        monkeypatch.setenv(name, value)
+    capfd.readouterr()
+    try:
+        code = main(list(args))
+    except SystemExit as exc:  # argparse's own errors leave parse_args this way, as from the shell
+        code = exc.code
+    out = capfd.readouterr()
+    return subprocess.CompletedProcess(["xrand", *args], code, out.out, out.err)
+
+
 def assert_forked_child_continues(setup: str, numel: int) -> None:
     """In a fresh interpreter, ``setup`` makes a stream ``s`` and a function ``reference(state)``
     (another engine in that state); ``s`` draws ``numel`` float32 values, then a forked child

@@ -140,6 +140,25 @@ def test_compare_page_names_the_first_and_worst_call_over_its_limit(compare_dir)
         assert "No module call is over its limit." in html
 
 
+def test_scheduler_all_writes_the_matrix(scheduler_matrix):
+    """Every shared image scheduler on both frameworks, few steps: all pass (5e-3, fp32). Here beside
+    the matrix's page, so that the one matrix run (conftest) serves both in one process."""
+    from xrand.pipelines.schedulers import MATRIX
+
+    code, out = scheduler_matrix
+    matrix = json.load(open(out / "matrix.json"))
+    failed = [(r["label"], r["rel_l2"], r["error"]) for r in matrix["rows"] if r["verdict"] != "pass"]
+    assert code == 0 and matrix["verdict"] == "pass" and not failed, failed
+    assert [(r["scheduler"], r["options"]) for r in matrix["rows"]] == [(n, o) for n, o in MATRIX]
+    draws = {r["label"]: r["noise_draws"] for r in matrix["rows"]}
+    assert draws["DDIM"] == 0 and draws["EulerAncestralDiscrete"] == 4 * 64 and draws["DPMSolverSDE"] > 0
+    table = (out / "matrix.md").read_text()
+    assert "| scheduler | options | noise draws during steps | final rel L2 | max \\|diff\\| | verdict |" in table
+    assert table.count("| PASS |") == len(MATRIX)
+    with open(out / "matrix.png", "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
 def test_matrix_page(matrix_dir):
     matrix = load(matrix_dir, "matrix.json")
     html = (matrix_dir / "report.html").read_text()

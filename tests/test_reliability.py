@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("diffusers")
 
-from conftest import ctrl_c_reaches_it, make_tiny_model  # noqa: E402
+from conftest import ctrl_c_reaches_it, make_tiny_model, xrand_here  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -42,17 +42,20 @@ def one_line_error(out, message):
     (["run", "--backend", "torch", "--out", "/proc/x/side.safetensors"], "cannot be written"),
     (["run", "--backend", "torch", "--out", "."], "--out '.' is a folder; give a file name"),
 ])
-def test_an_unwritable_or_wrong_out_is_refused_before_any_model_loads(args, message, tmp_path):
-    out = xrand_cli(*args, "--model", "/no/such/model/either", cwd=str(tmp_path))
+def test_an_unwritable_or_wrong_out_is_refused_before_any_model_loads(args, message, tmp_path, monkeypatch, capfd):
+    """The first case in a new ``python -m xrand``, the others through ``main`` here (conftest.xrand_here)."""
+    args = [*args, "--model", "/no/such/model/either"]
+    fresh = args[:2] == ["compare", "--steps"] and args[3] == "/proc/x"
+    out = xrand_cli(*args, cwd=str(tmp_path)) if fresh else xrand_here(args, tmp_path, monkeypatch, capfd)
     one_line_error(out, message)  # the --out error, not the model's: found first
     assert os.listdir(tmp_path) == []
 
 
-def test_an_out_that_is_a_file_is_refused_for_compare_and_sweep(tmp_path):
+def test_an_out_that_is_a_file_is_refused_for_compare_and_sweep(tmp_path, monkeypatch, capfd):
     (tmp_path / "f").write_text("")
     one_line_error(xrand_cli("compare", "--steps", "1", "--out", "f", cwd=str(tmp_path)),
                    "--out 'f' exists and is not a folder")
-    one_line_error(xrand_cli("sweep", "--seeds", "0", "--out", "f", cwd=str(tmp_path)),
+    one_line_error(xrand_here(["sweep", "--seeds", "0", "--out", "f"], tmp_path, monkeypatch, capfd),
                    "--out 'f' exists and is not a folder")
     assert os.listdir(tmp_path) == ["f"]
 
@@ -69,8 +72,11 @@ def test_checking_a_new_out_folder_leaves_nothing_behind(tmp_path):
 @pytest.mark.parametrize("args", [["doctor"], ["compare", "--steps", "1"], ["compare", "a.safetensors", "b.safetensors"],
                                   ["run", "--backend", "torch", "--out", "s.safetensors"],
                                   ["sweep", "--seeds", "0", "--out", "s"]])
-def test_an_unknown_xrand_backend_is_the_same_one_line_error_for_every_command(args, tmp_path):
-    out = xrand_cli(*args, cwd=str(tmp_path), env={"XRAND_BACKEND": "jax"})
+def test_an_unknown_xrand_backend_is_the_same_one_line_error_for_every_command(args, tmp_path, monkeypatch, capfd):
+    """``compare`` of the digits model in a new ``python -m xrand``, the others through ``main`` here."""
+    env = {"XRAND_BACKEND": "jax"}
+    out = (xrand_cli(*args, cwd=str(tmp_path), env=env) if args == ["compare", "--steps", "1"]
+           else xrand_here(args, tmp_path, monkeypatch, capfd, env=env))
     one_line_error(out, "environment variable XRAND_BACKEND='jax' names no backend; known backends: ")
     assert os.listdir(tmp_path) == []
 
