@@ -294,7 +294,7 @@ def test_a_large_models_mindspore_stages_run_in_one_process_of_their_own_with_th
     command = ["compare", "--model", tiny_model, "--steps", "2", "--batch-size", "1", "--quiet", "--lockstep"]
     assert main([*command, "--out", str(tmp_path / "here")]) == 0
     monkeypatch.setattr(staged, "OWN_PROCESS_BYTES", 0)
-    children, loads = [], []
+    children = []
     real = staged.stages_in_own_process
     monkeypatch.setattr(staged, "stages_in_own_process", lambda store, names, quiet=True: children.append(names) or
                         real(store, names, quiet))
