@@ -20,7 +20,7 @@ def weight_files(folder):
 
 
 def assert_same_arrays(read, loaded):
-    assert list(read) == list(loaded)
+    assert sorted(read) == sorted(loaded)  # the order differs between safetensors versions; a state dict's does not matter
     for name in loaded:
         assert (read[name].dtype, read[name].shape) == (loaded[name].dtype, loaded[name].shape), name
         assert read[name].tobytes() == loaded[name].tobytes(), name

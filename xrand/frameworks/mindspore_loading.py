@@ -23,8 +23,9 @@ _HEADER_BYTES = 8  # the file starts with the header's length, a little-endian u
 
 
 def read_safetensors(filename: Union[str, os.PathLike]) -> Dict[str, np.ndarray]:
-    """Every tensor of a ``.safetensors`` file as a NumPy array, in ``load_file``'s order (names
-    sorted), each copied into an array of its own, the file's pages given back after each.
+    """Every tensor of a ``.safetensors`` file as a NumPy array (names sorted, as safetensors 0.4
+    orders them; later versions keep the file's order: the state dict is the same), each copied
+    into an array of its own, the file's pages given back after each.
 
     A file ``load_file`` would refuse (a dtype NumPy lacks, such as BF16, or a damaged header) is
     handed to ``load_file``, so it raises its own error.
