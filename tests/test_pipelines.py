@@ -6,6 +6,8 @@ import json
 import os
 import subprocess
 import sys
+import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -219,13 +221,30 @@ def test_the_thread_rule_leaves_the_cores_other_processes_keep_busy():
     assert (rule(16, 3.2), rule(16, 0.0, most=8), rule(4, None)) == (13, 8, 4)
 
 
+def test_a_measurement_soon_after_another_watches_the_time_between_and_waits_for_nothing(monkeypatch):
+    from xrand.frameworks import threads
+
+    waits = []
+    monkeypatch.setattr(threads, "time", SimpleNamespace(monotonic=time.monotonic,
+                                                         sleep=lambda s: (waits.append(s), time.sleep(s))))
+    monkeypatch.setattr(threads, "_last", None)
+    threads.measure()
+    time.sleep(threads.SAMPLE_SECONDS)
+    second = threads.measure()  # the busy time since the first
+    time.sleep(threads.RECENT_SECONDS + 0.1)
+    third = threads.measure()  # too long since: watches anew
+    assert waits == [threads.SAMPLE_SECONDS, threads.SAMPLE_SECONDS]
+    assert second.others is not None and third.others is not None
+
+
 @pytest.fixture
 def busy_process():
-    """Another process that keeps one core busy, as a user's other jobs do."""
-    import time
+    """Another process that keeps one core busy, as a user's other jobs do, for longer than a
+    side's measurement may look back (threads.RECENT_SECONDS)."""
+    from xrand.frameworks.threads import RECENT_SECONDS
 
     process = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    time.sleep(0.5)
+    time.sleep(RECENT_SECONDS + 0.2)
     yield
     process.kill()
     process.wait()

@@ -4,10 +4,11 @@ graphs, torch's float64 noise floors). Everything there is keyed by what made it
 source included (:func:`source_digest`), and can be deleted at any time."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 CACHE_DIR_VARIABLE = "XRAND_CACHE_DIR"
 
@@ -21,8 +22,10 @@ def cache_dir(kind: str) -> str:
     return os.path.join(os.path.abspath(base), kind)
 
 
+@functools.lru_cache(maxsize=None)
 def source_digest() -> str:
-    """sha256 over every .py file of the installed xrand package (its CPU fallbacks, its recipes...)."""
+    """sha256 over every .py file of the installed xrand package (its CPU fallbacks, its recipes...),
+    read once per process."""
     package = os.path.dirname(os.path.abspath(__file__))
     digest = hashlib.sha256()
     for folder, dirs, files in sorted(os.walk(package)):
@@ -34,6 +37,16 @@ def source_digest() -> str:
                 with open(path, "rb") as f:
                     digest.update(hashlib.sha256(f.read()).digest())
     return digest.hexdigest()
+
+
+def installed_version(name: str) -> Optional[str]:
+    """The installed version of the distribution ``name``; None where it is not installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
 
 
 def key_of(parts: Mapping[str, Any]) -> str:

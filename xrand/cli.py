@@ -12,6 +12,7 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
+from .cache import installed_version
 from .checks import UsageError
 from .files import check_out_file, check_out_folder
 
@@ -136,7 +137,7 @@ def _compare_in_stages(args, out_dir: str) -> int:
     """``xrand compare`` on a model: the stages this machine runs (``--only``: one framework's),
     each kept in ``out_dir`` as it ends, the report after each; what is left for another machine
     is said with its command."""
-    from .compare.stages import (Asks, Loading, Store, framework_of, plan_from_manifest, read_manifest, report_store,
+    from .compare.stages import (Asks, Loading, Store, framework_of, plan_from_manifest, read_manifest,
                                   run_stages)
     from .pipelines.flags import path_flags, settings_values
     from .report.command import plan_command
@@ -153,7 +154,7 @@ def _compare_in_stages(args, out_dir: str) -> int:
     given = sorted(flag for flag in args.given if flag not in _NOT_SETTINGS and flag not in paths)
     if manifest is not None and not given:  # every setting from the folder
         if not frameworks:
-            store = report_store(out_dir, manifest)
+            store = Store.as_written(out_dir, manifest)
         else:
             values = settings_values(args)
             plan = plan_from_manifest(manifest, frameworks, {field: values[field] for field in paths.values()},
@@ -366,7 +367,7 @@ def cmd_doctor(args) -> int:
 
         tune_cpu_runtime()
         info["mindspore_onednn_isa"] = onednn_isa()
-    info["optional"] = {name: _installed_version(name) for name in OPTIONAL}
+    info["optional"] = {name: installed_version(name) or "not installed" for name in OPTIONAL}
     info["graph_cache"] = _graph_cache_info()
     if args.json:
         print(json.dumps(info, indent=2, default=str))
@@ -393,15 +394,6 @@ def cmd_doctor(args) -> int:
 OPTIONAL = {"numba": "the torch-cpu and torch-cuda streams' compiled engines; pip install 'xrand[fast]'",
             "ray": "xrand sweep --engine ray; pip install 'xrand[ray]'"}
 XRAND_CACHE_HELP = "set XRAND_CACHE_DIR to move it; delete it to free the space"
-
-
-def _installed_version(name: str) -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(name)
-    except PackageNotFoundError:
-        return "not installed"
 
 
 def _graph_cache_info() -> Dict[str, object]:

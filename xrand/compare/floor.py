@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, Optional
 
 import numpy as np
 
-from ..cache import cache_dir, key_of, source_digest
+from ..cache import cache_dir, installed_version, key_of, source_digest
 from ..checks import UsageError
 from ..files import write_json
 from ..frameworks.torch import widened
@@ -133,15 +133,8 @@ def kept_floor(plan: Plan, images: np.ndarray, measure: Callable[[], Dict[str, A
     return {**floor, "kept": path}
 
 
-def _versions() -> Dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-
+def _versions() -> Dict[str, Optional[str]]:
     from .._version import __version__
 
-    found = {"xrand": __version__, "xrand_source": source_digest()}
-    for name in ("torch", "diffusers", "transformers"):
-        try:
-            found[name] = version(name)
-        except PackageNotFoundError:
-            found[name] = None
-    return found
+    return {"xrand": __version__, "xrand_source": source_digest(),
+            **{name: installed_version(name) for name in ("torch", "diffusers", "transformers")}}

@@ -41,6 +41,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..checks import UsageError, differing
 from ..files import json_safe, write_json
+from ..frameworks import framework
 from ..frameworks.threads import measure as measure_load
 from ..patch import patched
 from ..pipelines.components import model_components
@@ -54,7 +55,7 @@ from .component_call import DENOISER, PER_STEP
 from .layers import (LayerOptions, LayerReport, TorchLayers, check_module_names, check_scope, layers_module,
                      mindspore_layers_at_step, torch_layers_at_step)
 from .ops import OpsReport, TorchOps, check_ops_module, mindspore_ops_at_step, torch_ops_at_step
-from .plan import Plan, make_plan
+from .plan import DEFAULT_TOLERANCE, Plan, make_plan
 from .records import RecordReader, RecordWriter, check_file, file_entry
 from .result import Comparison, compare_sides
 from .sidefile import load_side, save_side
@@ -233,12 +234,21 @@ class Store:
                                      runtime=written.get("runtime", {}))
 
     @classmethod
-    def reopened(cls, plan: Plan, asks: Asks, folder: str) -> "Store":
-        """The store of a folder that another process of this comparison started (and checked):
-        its manifest as written there."""
+    def as_written(cls, folder: str, manifest: Dict[str, Any], plan: Optional[Plan] = None,
+                   asks: Optional[Asks] = None) -> "Store":
+        """The store of ``folder`` with its ``manifest`` as written there, unchecked: one that another
+        process of this comparison started and checked (``plan`` and ``asks``: this one's), or one
+        read on a machine that runs neither framework, for the report (no plan)."""
         store = cls.__new__(cls)
-        store.plan, store.asks, store.folder, store.tolerance, store.held = plan, asks, folder, plan.tolerance, {}
-        store.manifest = read_manifest(folder)
+        store.plan, store.folder, store.held, store.manifest = plan, folder, {}, manifest
+        store.asks = asks if asks is not None else Asks.from_dict(manifest["asks"])
+        saved = manifest["plan"]
+        if plan is not None:
+            store.tolerance = plan.tolerance
+        elif saved["tolerance"] is not None:
+            store.tolerance = saved["tolerance"]
+        else:
+            store.tolerance = DEFAULT_TOLERANCE[saved["settings"]["dtype"]]
         return store
 
     def _check_same(self, written: Mapping[str, Any]) -> None:
@@ -368,20 +378,6 @@ class Store:
         files = self.files("torch ops")
         return TorchOps(RecordReader.open(self.folder, "ops", files, "torch ops") if files else None,
                         self.result("torch ops"), files)
-
-
-def report_store(folder: str, manifest: Dict[str, Any]) -> Store:
-    """A comparison folder read on a machine that runs neither framework: its stages' outputs as
-    they are, for the report."""
-    from .plan import DEFAULT_TOLERANCE
-
-    store = Store.__new__(Store)
-    store.plan, store.folder, store.held, store.manifest = None, folder, {}, manifest
-    store.asks = Asks.from_dict(manifest["asks"])
-    saved = manifest["plan"]
-    store.tolerance = saved["tolerance"] if saved["tolerance"] is not None else \
-        DEFAULT_TOLERANCE[saved["settings"]["dtype"]]
-    return store
 
 
 def framework_of(stage: str) -> str:
@@ -576,18 +572,19 @@ def stages_in_own_process(store: Store, names: Sequence[str], quiet: bool = True
     raised (a ``UsageError`` stays one); stages it finished before one stay in the folder."""
     try:
         _in_own_process(_stages_work, (store.plan, store.asks, store.folder, list(names), quiet),
-                        f"MindSpore's {', '.join(names)}")
+                        f"MindSpore's {', '.join(names)}", libraries_of(names))
     finally:
         store.reread(names)
 
 
-def _in_own_process(work: Callable[..., Any], args: Tuple[Any, ...], what: str) -> Any:
-    """``work(*args)`` in a new process that ends after it; what it returned (small: it is pickled)."""
+def _in_own_process(work: Callable[..., Any], args: Tuple[Any, ...], what: str, libraries: Sequence[str]) -> Any:
+    """``work(*args)`` in a new process that ends after it, with ``libraries`` patched; what it
+    returned (small: it is pickled)."""
     import multiprocessing
 
     context = multiprocessing.get_context("spawn")
     receive, send = context.Pipe(duplex=False)
-    process = context.Process(target=_child, args=(work, args, send))
+    process = context.Process(target=_child, args=(work, args, send, list(libraries)))
     process.start()
     send.close()
     try:
@@ -606,9 +603,9 @@ def _in_own_process(work: Callable[..., Any], args: Tuple[Any, ...], what: str) 
     raise RuntimeError(f"{what}'s process {how}" + (" (the out-of-memory killer sends signal 9)" if code == -9 else ""))
 
 
-def _child(work: Callable[..., Any], args: Tuple[Any, ...], send: Any) -> None:
+def _child(work: Callable[..., Any], args: Tuple[Any, ...], send: Any, libraries: Sequence[str]) -> None:
     try:
-        with patched():
+        with patched(libraries):
             result = work(*args)
     except Exception as exc:
         send.send((type(exc).__name__, str(exc)))
@@ -617,7 +614,7 @@ def _child(work: Callable[..., Any], args: Tuple[Any, ...], send: Any) -> None:
 
 
 def _stages_work(plan: Plan, asks: Asks, folder: str, names: Sequence[str], quiet: bool) -> None:
-    store, pipes = Store.reopened(plan, asks, folder), Loading(plan, quiet)
+    store, pipes = Store.as_written(folder, read_manifest(folder), plan, asks), Loading(plan, quiet)
     for name in names:
         RUNS[name](plan, store, pipes)
     pipes.release("mindspore")
@@ -707,7 +704,9 @@ def run_stages(store: Store, pipes: Any, frameworks: Sequence[str] = ("torch", "
         return Outcome(comparison_of(store), [s for s in wanted if store.done(s)],
                        [s for s in wanted if not store.done(s)], store.bytes())
 
-    with patched():  # once for every stage: (un)patching scans every loaded module
+    # once for every stage (patching scans every loaded module), and only the libraries that run
+    # here: patching imports them (diffusers imports torch)
+    with patched(libraries_of(todo)):
         for group in _groups(todo):
             framework = BY_NAME[group[0]].framework
             if framework == "mindspore" and _own_process(plan, store, pipes):
@@ -727,6 +726,11 @@ def run_stages(store: Store, pipes: Any, frameworks: Sequence[str] = ("torch", "
     for fw in frameworks:
         pipes.release(fw)
     return outcome()
+
+
+def libraries_of(stages: Sequence[str]) -> List[str]:
+    """The diffusion libraries the frameworks of ``stages`` run (what to patch for them)."""
+    return sorted({framework(BY_NAME[name].framework).library for name in stages})
 
 
 def _groups(stages: Sequence[str]) -> List[List[str]]:

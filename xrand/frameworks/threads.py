@@ -22,8 +22,12 @@ from typing import Dict, List, Optional, Tuple
 
 #: How long :func:`measure` watches the other processes (its share of a side is this, once).
 SAMPLE_SECONDS = 0.1
+#: A measurement less than this many seconds after the last one (a side after a short one) takes
+#: the other processes' busy time since then and waits for nothing.
+RECENT_SECONDS = 1.0
 
 _fixed: Optional[Tuple[int, str]] = None  # (count, why), set by fix()
+_last: Optional[Tuple[int, float, Tuple[int, int], float]] = None  # the last measurement's end: (pid, when, ticks, own)
 
 
 @dataclass(frozen=True)
@@ -71,19 +75,25 @@ def _own_seconds() -> float:
 
 def measure(seconds: float = SAMPLE_SECONDS) -> Load:
     """The machine now: the cores other processes keep busy, watched for ``seconds`` on the CPUs
-    this process may use (their busy time in /proc/stat less this process's own)."""
+    this process may use (their busy time in /proc/stat less this process's own), or since the last
+    measurement where that ended ``seconds`` to :data:`RECENT_SECONDS` ago."""
+    global _last
     cores = usable_cores()
     cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
     average = os.getloadavg() if hasattr(os, "getloadavg") else (0.0, 0.0, 0.0)
-    before, own = _busy_ticks(cpus), _own_seconds()
+    if _last is not None and _last[0] == os.getpid() and seconds <= time.monotonic() - _last[1] <= RECENT_SECONDS:
+        _, _, before, own = _last
+    else:
+        before, own = _busy_ticks(cpus), _own_seconds()
+        if before is not None:
+            time.sleep(seconds)
     others = None
-    if before is not None:
-        time.sleep(seconds)
-        after, own = _busy_ticks(cpus), _own_seconds() - own
-        if after is not None and after[1] > before[1]:
-            tick = os.sysconf("SC_CLK_TCK")
-            elapsed = (after[1] - before[1]) / tick / len(cpus or range(cores))
-            others = max(0.0, ((after[0] - before[0]) / tick - own) / elapsed)
+    after, now = _busy_ticks(cpus), _own_seconds()
+    if before is not None and after is not None and after[1] > before[1]:
+        tick = os.sysconf("SC_CLK_TCK")
+        elapsed = (after[1] - before[1]) / tick / len(cpus or range(cores))
+        others = max(0.0, ((after[0] - before[0]) / tick - (now - own)) / elapsed)
+    _last = None if after is None else (os.getpid(), time.monotonic(), after, now)
     return Load(cores, others, tuple(average))
 
 
@@ -114,4 +124,4 @@ def choose(load: Load, most: Optional[int] = None) -> Tuple[int, str]:
     return count, f"{load.cores} usable cores, other processes kept {load.others:.1f} busy"
 
 
-__all__: List[str] = ["Load", "SAMPLE_SECONDS", "choose", "fix", "measure", "rule", "usable_cores"]
+__all__: List[str] = ["Load", "RECENT_SECONDS", "SAMPLE_SECONDS", "choose", "fix", "measure", "rule", "usable_cores"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
+from ..cache import installed_version
 from ..checks import UsageError, UsageTypeError, check_choice, check_seed
 from ..pipelines.schedulers import (entry_label, row_label, scheduler_label, split_entry,  # noqa: F401 (labels)
                                     split_label)
@@ -165,14 +166,7 @@ class SweepConfig:
 
 
 def _versions() -> Dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-
     from .._version import __version__
 
-    out = {"xrand": __version__}
-    for dist in ("torch", "diffusers", "mindspore", "mindone"):
-        try:
-            out[dist] = version(dist)
-        except PackageNotFoundError:
-            out[dist] = "not installed"
-    return out
+    return {"xrand": __version__, **{dist: installed_version(dist) or "not installed"
+                                     for dist in ("torch", "diffusers", "mindspore", "mindone")}}
