@@ -24,6 +24,8 @@ Figures (one file each, also runnable alone):
                            (only with --only 15: about 5 minutes, the 4.1 GB folder of figure 10)
  16 bench_cost.py          the whole default xrand compare against torch's own pipeline alone (digits and the
                            SD-1.5-sized model; only with --only 16: about 12 minutes, the folder of figure 10)
+ 17 bench_suite.py         the test suite's wall time on this machine and the files it goes to
+                           (only with --only 17: the suite's own time, about 13 minutes)
 
 About 5 minutes on 2 cores. Timings interleave the compared calls; each figure records how
 much CPU other processes took meanwhile, so a shared machine shows in the results. With
@@ -62,9 +64,11 @@ FIGURES = {
     14: ("bench_lockstep", {}),
     15: ("bench_floor", {}),
     16: ("bench_cost", {}),
+    17: ("bench_suite", {}),
 }
-#: Figures run only when --only names them (10, 12, 15, 16: 20, 10, 5 and 12 minutes, a 4.1 GB model folder).
-ON_REQUEST = {10, 12, 15, 16}
+#: Figures run only when --only names them (10, 12, 15, 16: 20, 10, 5 and 12 minutes, a 4.1 GB model folder;
+#: 17: the test suite, 13 minutes).
+ON_REQUEST = {10, 12, 15, 16, 17}
 
 
 def run_figure(number: int) -> Section:

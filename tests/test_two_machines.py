@@ -66,49 +66,64 @@ CASES = {  # model (None: the embedded digits model), the compare's settings
 }
 
 
+@pytest.fixture(scope="module")
+def splits(models, torch_only_python, mindspore_only_python, tmp_path_factory):
+    """``splits(case)``: the comparison of CASES[case] made once per module in this process, and
+    split: torch's stages in the torch-only environment, the folder copied, MindSpore's stages in
+    the MindSpore-only one with the model at another path. ``(one-process folder, torch's command,
+    MindSpore's command, the split folder)``."""
+    done = {}
+
+    def split(case):
+        if case not in done:
+            model, settings = CASES[case]
+            model_args = [] if model is None else ["--model", models[model]]
+            root = tmp_path_factory.mktemp(f"split-{case}")
+            one, two = str(root / "one"), str(root / "two")
+            assert main(["compare", *model_args, *settings, "--batch-size", "1", "--quiet", "--out", one]) == 0
+            torch_side = cli(torch_only_python, "compare", *model_args, *settings, "--batch-size", "1", "--only",
+                             "torch", "--out", two)
+            assert torch_side.returncode == 0, torch_side.stderr
+            assert not os.path.exists(os.path.join(two, "report.json"))  # no MindSpore side yet
+            # the folder travels; MindSpore's machine holds the model elsewhere and takes every setting from it
+            there = shutil.copytree(two, root / "copied")
+            moved = [] if model is None else ["--model", shutil.copytree(models[model], root / "model-there")]
+            ms_side = cli(mindspore_only_python, "compare", "--only", "mindspore", "--out", str(there), *moved)
+            done[case] = one, torch_side, ms_side, str(there)
+        return done[case]
+
+    return split
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_a_comparison_split_across_a_torch_and_a_mindspore_machine_gives_the_one_process_report_bit_for_bit(
-        case, models, torch_only_python, mindspore_only_python, tmp_path):
-    model, settings = CASES[case]
-    model_args = [] if model is None else ["--model", models[model]]
-    one, two = str(tmp_path / "one"), str(tmp_path / "two")
-    assert main(["compare", *model_args, *settings, "--batch-size", "1", "--quiet", "--out", one]) == 0
-
-    torch_side = cli(torch_only_python, "compare", *model_args, *settings, "--batch-size", "1", "--only", "torch",
-                     "--out", two)
-    assert torch_side.returncode == 0, torch_side.stderr
+        case, splits):
+    one, torch_side, ms_side, there = splits(case)
     assert "still to run: mindspore" in torch_side.stdout and "--only mindspore --out" in torch_side.stdout
-    assert not os.path.exists(os.path.join(two, "report.json"))  # no MindSpore side yet
-
-    # the folder travels; MindSpore's machine holds the model elsewhere and takes every setting from the folder
-    there = shutil.copytree(two, tmp_path / "copied")
-    moved = [] if model is None else ["--model", shutil.copytree(models[model], tmp_path / "model-there")]
-    ms_side = cli(mindspore_only_python, "compare", "--only", "mindspore", "--out", str(there), *moved)
     assert ms_side.returncode == 0, ms_side.stderr
     assert numbers(report(there)) == numbers(report(one))
     split = report(there)
     assert split["stages"]["missing"] == []
     # each side checked its loaded weights against its copy of the files; the summaries met in the folder
     assert split["weights"]["passed"] and split["weights"]["rows"] == report(one)["weights"]["rows"]
-    if "--layers" in settings:
+    if "--layers" in CASES[case][1]:
         assert split["layers"]["modules"] and split["stages"]["bytes"]["torch layers"] > 0
 
 
-def test_the_report_is_written_from_the_folder_on_a_machine_without_torch_or_mindspore(
-        models, torch_only_python, mindspore_only_python, tmp_path):
-    out = str(tmp_path / "o")
-    args = ["compare", "--steps", "2", "--batch-size", "1", "--lockstep", "--out", out]
-    assert cli(torch_only_python, *args, "--only", "torch").returncode == 0
-    assert cli(mindspore_only_python, "compare", "--only", "mindspore", "--out", out).returncode == 0
+def test_the_report_is_written_from_the_folder_on_a_machine_without_torch_or_mindspore(splits, tmp_path):
+    _, _, ms_side, split = splits("digits")
+    assert ms_side.returncode == 0, ms_side.stderr
+    out = str(shutil.copytree(split, tmp_path / "o"))
     first = report(out)
-    for name in ("report.json", "report.html", "comparison.png"):
+    for name in ("report.json", "report.html", "comparison.png", "layers.png"):
         os.remove(os.path.join(out, name))
     from conftest import MINDSPORE_PACKAGES, TORCH_PACKAGES, venv_without
 
     python = venv_without(tmp_path / "neither", *TORCH_PACKAGES, *MINDSPORE_PACKAGES)
     again = cli(python, "compare", "--out", out)
     assert again.returncode == 0, again.stderr
-    assert numbers(report(out)) == numbers(first) and os.path.exists(os.path.join(out, "report.html"))
+    assert numbers(report(out)) == numbers(first)
+    assert all(os.path.exists(os.path.join(out, name)) for name in ("report.html", "comparison.png", "layers.png"))
 
 
 # -- bad input, nothing lost ---------------------------------------------------------------------------
