@@ -227,7 +227,7 @@ def check_dump_dir(path: Any) -> str:
 
 # ----------------------------------------------------------------------------- conversions
 
-def _values(fw: Any, value: Any) -> List[np.ndarray]:
+def tensor_values(fw: Any, value: Any) -> List[np.ndarray]:
     """The tensors of framework ``fw`` in ``value``, as arrays (bfloat16 as float32), in :func:`leaves` order."""
     return [backend(fw.name).to_numpy(t) for t in leaves(value) if fw.is_tensor(t)]
 
@@ -238,7 +238,8 @@ def _with_values(fw: Any, value: Any, values: Iterable[np.ndarray]) -> Any:
     return map_leaves(lambda v: fw.tensor(next(it), fw.dtype_of(v)) if fw.is_tensor(v) else v, value)
 
 
-def _call(fw: Any, module: Any, args: Sequence[Any], kwargs: Mapping[str, Any], dtype: Optional[str] = None) -> Any:
+def call_module(fw: Any, module: Any, args: Sequence[Any], kwargs: Mapping[str, Any],
+                dtype: Optional[str] = None) -> Any:
     """``module`` of framework ``fw`` called on ``args`` and ``kwargs`` made its tensors, floating
     arrays in ``dtype`` (default: the module's weights'), where its weights are."""
     dtype, device = dtype or fw.module_dtype(module), fw.module_device(module)
@@ -449,7 +450,7 @@ def _torch_calls(torch_module: Any, args: Sequence[Any], kwargs: Mapping[str, An
         calls[i]["outputs"] = writer.encode(arrays(capture(output)))
 
     with pt.hooked(((n, m) for n, m in pt.submodules(torch_module) if in_scope(n, scope)), pre, post):
-        _call(pt, torch_module, args, kwargs)
+        call_module(pt, torch_module, args, kwargs)
     return calls
 
 
@@ -477,10 +478,10 @@ def _ms_as_run(ms_cell: Any, cells: Mapping[str, Any], index: Mapping[Tuple[str,
 
     def post(name, cell, a, kw, output):
         key, given = stack.pop(), inputs.pop()
-        outputs = _values(ms, output)
+        outputs = tensor_values(ms, output)
         if not nonfinite and nonfinite_count(outputs):
             nonfinite.update(module=key[0] + (f"#{key[1]}" if key[1] else ""), type=type(cell).__name__,
-                             inputs_finite=not nonfinite_count(_values(ms, given)))
+                             inputs_finite=not nonfinite_count(tensor_values(ms, given)))
         c = index.get(key)
         if c is not None:
             c.ms_global = errors(c.outputs, outputs, max_abs=True)
@@ -490,7 +491,7 @@ def _ms_as_run(ms_cell: Any, cells: Mapping[str, Any], index: Mapping[Tuple[str,
             dumps[name].extend((f"call{key[1]}.output.{i}", o) for i, o in enumerate(outputs))
 
     with ms.hooked(cells.items(), pre, post):
-        _call(ms, ms_cell, args, kwargs)
+        call_module(ms, ms_cell, args, kwargs)
     return called
 
 
@@ -517,7 +518,7 @@ def _ms_fed(ms_cell: Any, cells: Mapping[str, Any], index: Mapping[Tuple[str, in
         if not (convertible(given_args) and convertible(given_kwargs)) or not ms.takes(cell, given_kwargs):
             return None
         if parent is not None:  # what the parent's own operations made of torch's values
-            made = errors(arrays((given_args, given_kwargs)), _values(ms, (list(a), dict(kw))))
+            made = errors(arrays((given_args, given_kwargs)), tensor_values(ms, (list(a), dict(kw))))
             if made is not None and made["rel_l2"] > parent.ms_local_inputs:
                 parent.ms_local_inputs = made["rel_l2"]
         return tuple(restore(list(given_args), ms)), restore(dict(given_kwargs), ms)
@@ -526,7 +527,7 @@ def _ms_fed(ms_cell: Any, cells: Mapping[str, Any], index: Mapping[Tuple[str, in
         c = stack.pop()
         if c is None:
             return None
-        outputs, reference = _values(ms, output), c.outputs
+        outputs, reference = tensor_values(ms, output), c.outputs
         c.ms_local = errors(reference, outputs)
         if name in dump:
             dumps.setdefault(name, []).extend((f"call{c.call}.local_output.{i}", o) for i, o in enumerate(outputs))
@@ -535,7 +536,7 @@ def _ms_fed(ms_cell: Any, cells: Mapping[str, Any], index: Mapping[Tuple[str, in
         return _with_values(ms, output, reference)  # hand on torch's outputs
 
     with ms.hooked(cells.items(), pre, post):
-        _call(ms, ms_cell, args, kwargs)
+        call_module(ms, ms_cell, args, kwargs)
 
 
 def _write_dump(names: Sequence[str], folder: str, calls: Sequence[_Call],
@@ -575,13 +576,13 @@ def _torch_floors(torch_module: Any, args: Sequence[Any], kwargs: Mapping[str, A
         counts[name] = k + 1
         i = index.get((name, k))
         if i is not None:
-            err = errors(reader.decode(calls[i]["outputs"]), _values(pt, output))
+            err = errors(reader.decode(calls[i]["outputs"]), tensor_values(pt, output))
             if err is not None:
                 floors[i] = err["rel_l2"]
 
     recorded = ((n, m) for n, m in pt.submodules(torch_module) if (n, 0) in index)
     with pt.hooked(recorded, post=post), widened([torch_module]):
-        _call(pt, torch_module, args, kwargs, "float64")  # float64 throughout, one module's copy at a time
+        call_module(pt, torch_module, args, kwargs, "float64")  # float64 throughout, one module's copy at a time
     return floors
 
 

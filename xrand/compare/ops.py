@@ -27,7 +27,7 @@ import numpy as np
 from ..checks import UsageError
 from ..frameworks import framework
 from .component_call import DENOISER, PER_STEP, call_name
-from .layers import _call, _values, layers_module, recorded_call
+from .layers import call_module, layers_module, recorded_call, tensor_values
 from .metrics import Errors
 from .records import RecordReader, RecordWriter
 from .trees import Capture, Captured, arrays, convertible, leaves, map_leaves, restore
@@ -283,7 +283,7 @@ def torch_ops(torch_module: Any, args: Sequence[Any], kwargs: Mapping[str, Any],
         call["count"] += 1
 
     with recording, pt.hooked([(name, modules[name])], pre, post):
-        _call(pt, torch_module, args, kwargs)
+        call_module(pt, torch_module, args, kwargs)
     if "outputs" not in call:
         raise UsageError(f"--ops {label!r}: torch's {name} ran {call['count']} times in this call; accepted: "
                          f"{name}#0 to #{call['count'] - 1}" if call["count"] else
@@ -318,7 +318,7 @@ def _fed(ms: Any, op: _MsOp, given: Sequence[Captured], errors: Errors, referenc
     args, kwargs = map_leaves(lambda v: ms.tensor(next(replacements).array, ms.dtype_of(v)) if ms.is_tensor(v) else v,
                               (list(op.args), dict(op.kwargs)))
     try:
-        out = _values(ms, op.call(*args, **kwargs))
+        out = tensor_values(ms, op.call(*args, **kwargs))
     except Exception:  # an operator that cannot run again outside its module (it read a cache)
         return None
     matched = _matched_outputs(reference, out)
@@ -348,12 +348,12 @@ def mindspore_ops(reader: RecordReader, meta: Mapping[str, Any], ms_cell: Any,
     def on_op(op_name, function, a, kw, out, params):
         if not any(ms.is_tensor(v) for v in leaves(out)):
             return
-        recorded.append(_MsOp(_summary(ms, op_name, a, kw, out, params), function, a, kw, _values(ms, out)))
+        recorded.append(_MsOp(_summary(ms, op_name, a, kw, out, params), function, a, kw, tensor_values(ms, out)))
 
     with ms.operators_recorded(cell, on_op):
-        output = _call(ms, cell, restore(given_args, ms), restore(given_kwargs, ms))
+        output = call_module(ms, cell, restore(given_args, ms), restore(given_kwargs, ms))
     errors = Errors()
-    module_err = errors(reader.decode(tree["outputs"]), _values(ms, output))
+    module_err = errors(reader.decode(tree["outputs"]), tensor_values(ms, output))
 
     torch_ops = tree["ops"]
     rows = []
