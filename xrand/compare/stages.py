@@ -708,8 +708,8 @@ def run_stages(store: Store, pipes: Any, frameworks: Sequence[str] = ("torch", "
     # here: patching imports them (diffusers imports torch)
     with patched(libraries_of(todo)):
         for group in _groups(todo):
-            framework = BY_NAME[group[0]].framework
-            if framework == "mindspore" and _own_process(plan, store, pipes):
+            runs_it = framework_of(group[0])
+            if runs_it == "mindspore" and _own_process(plan, store, pipes):
                 pipes.release("torch")
                 say(f"xrand: running {', '.join(group)} (in a process of their own)")
                 stages_in_own_process(store, group, pipes.quiet)
@@ -720,7 +720,7 @@ def run_stages(store: Store, pipes: Any, frameworks: Sequence[str] = ("torch", "
                     say(f"xrand: running {name}")
                 RUNS[name](plan, store, pipes)
                 if name == group[-1]:
-                    pipes.release(framework)
+                    pipes.release(runs_it)
                 trim_heap()  # what the stage freed, given back before the next one starts
                 on_stage(outcome())
     for fw in frameworks:
@@ -730,14 +730,14 @@ def run_stages(store: Store, pipes: Any, frameworks: Sequence[str] = ("torch", "
 
 def libraries_of(stages: Sequence[str]) -> List[str]:
     """The diffusion libraries the frameworks of ``stages`` run (what to patch for them)."""
-    return sorted({framework(BY_NAME[name].framework).library for name in stages})
+    return sorted({framework(framework_of(name)).library for name in stages})
 
 
 def _groups(stages: Sequence[str]) -> List[List[str]]:
     """``stages`` in runs of one framework's, in order."""
     groups: List[List[str]] = []
     for name in stages:
-        if groups and BY_NAME[groups[-1][0]].framework == BY_NAME[name].framework:
+        if groups and framework_of(groups[-1][0]) == framework_of(name):
             groups[-1].append(name)
         else:
             groups.append([name])
