@@ -2,6 +2,8 @@
 fresh process too, whatever the weights; a key that follows what changes a graph; graph-mode calls
 that compute Linear layers as PyNative does and set the sub-cells' compile phase directly
 (xrand.frameworks.mindspore_graph)."""
+import contextlib
+import gc
 import json
 import os
 import shutil
@@ -200,6 +202,85 @@ def test_graph_mode_linear_layers_give_pynatives_bits(shape, bias):
     with mindspore_mode("graph"):
         graph = net(x).asnumpy()
     np.testing.assert_array_equal(graph, pynative)
+
+
+def _resident_gib():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 2**20
+
+
+class _Shared(ms.nn.Cell):
+    """Linear layers, one whose weight an Embedding also holds, two whose weights share a buffer."""
+
+    def __init__(self):
+        from mindspore import mint
+
+        super().__init__()
+        self.first = mint.nn.Linear(512, 256)
+        self.layers = ms.nn.CellList([mint.nn.Linear(256, 256, bias=b) for b in (True, False)])
+        self.embedding = ms.nn.Embedding(256, 256)
+        self.tied = mint.nn.Linear(256, 256)
+        self.tied.weight = self.embedding.embedding_table
+        shared = np.random.default_rng(1).standard_normal((256, 256)).astype(np.float32)
+        self.twins = ms.nn.CellList([mint.nn.Linear(256, 256) for _ in range(2)])
+        for twin in self.twins:  # two parameters, one buffer
+            twin.weight = ms.Parameter(ms.Tensor.from_numpy(shared))
+
+    def construct(self, x, ids):
+        x = self.first(x)
+        for layer in self.layers:
+            x = layer(x)
+        x = self.tied(x)
+        return self.twins[0](x) + self.twins[1](x) + self.embedding(ids).sum()
+
+
+@pytest.mark.parametrize("rows", [(1,), (4,), (2, 77), (2, 3, 16)])
+def test_linear_weights_transposed_give_pynatives_bits_and_are_put_back(rows):
+    from xrand.frameworks import mindspore_mode
+    from xrand.frameworks.mindspore_graph import linear_weights_transposed
+
+    rng = np.random.default_rng(len(rows))
+    net = _Shared()
+    x = ms.tensor(rng.standard_normal(rows + (512,)).astype(np.float32))
+    ids = ms.tensor(np.arange(3, dtype=np.int32))
+    before = {name: (p, p.asnumpy().copy()) for name, p in net.parameters_and_names()}
+    pynative = net(x, ids).asnumpy()
+    twins = [twin.weight for twin in net.twins]
+    assert twins[0] is not twins[1] and np.shares_memory(twins[0].asnumpy(), twins[1].asnumpy())
+    with mindspore_mode("graph"), linear_weights_transposed([net, None, "not a cell"]):
+        assert net.first.weight.shape == (512, 256) and net.first.weight_transposed
+        assert not net.tied.weight_transposed  # the Embedding holds it
+        assert not any(twin.weight_transposed for twin in net.twins)
+        graph = net(x, ids).asnumpy()
+    np.testing.assert_array_equal(graph, pynative)
+    for name, (parameter, values) in before.items():
+        found = dict(net.parameters_and_names())[name]
+        assert found is parameter
+        np.testing.assert_array_equal(found.asnumpy(), values, err_msg=name)
+    assert not any(cell.weight_transposed for _, cell in net.cells_and_names() if isinstance(cell, ms.nn.Linear))
+
+
+def test_a_graph_holds_nothing_per_linear_layer_with_its_weight_transposed():
+    """What linear_weights_transposed is for: a graph computing weight.T holds 2x to 3x each weight
+    (MindSpore 2.10, CPU); with the weight stored transposed, nothing more."""
+    from mindspore import mint
+
+    from xrand.frameworks import mindspore_mode
+    from xrand.frameworks.mindspore_graph import linear_weights_transposed
+
+    weight_gib = 4096 * 16384 * 4 / 2**30  # 0.25
+    x = ms.tensor(np.ones((2, 4096), np.float32))
+    grown = {}
+    for transposed in (True, False):
+        net = mint.nn.Linear(4096, 16384)
+        with mindspore_mode("graph"), (linear_weights_transposed([net]) if transposed else
+                                       contextlib.nullcontext()):
+            start = _resident_gib()
+            net(x).asnumpy()
+            grown[transposed] = _resident_gib() - start
+        del net
+        gc.collect()
+    assert grown[True] < 0.4 * weight_gib < weight_gib < grown[False], grown
 
 
 def test_without_graph_calls_a_2d_linear_layer_rounds_differently_in_graph_mode():

@@ -163,7 +163,7 @@ def run(loaded: Loaded, plan: Plan, *, generator: Optional[CountingGenerator] = 
     load = measure_load()  # the machine as this side starts: its threads, and the report's
     start = time.perf_counter()
     with patched(fw.library), fw.running(loaded.device, plan.mindspore_mode, plan.graph_identity()) as state, \
-            fw.threads(load) as threads, fw.half_precision(settings.dtype) as stand_ins, \
+            fw.laid_out(pipe, plan.mindspore_mode), fw.threads(load) as threads, fw.half_precision(settings.dtype) as stand_ins, \
             boundary.attached(recipe.denoiser_of(pipe), pipe.scheduler), \
             recorded(fw, pipe, record_component, boundary.recording, component_step):
         try:

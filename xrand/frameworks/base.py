@@ -243,6 +243,11 @@ class Framework:
         compile cache). Yields a dict the run's environment is read from (:meth:`environment`)."""
         raise NotImplementedError
 
+    def laid_out(self, pipe: Any, mode: str) -> contextlib.AbstractContextManager:
+        """Around a run of ``pipe`` in ``mode``, inside :meth:`running`: its weights laid out as that
+        mode's kernels read them, put back after the block."""
+        return contextlib.nullcontext()
+
     def threads(self, load: Load) -> contextlib.AbstractContextManager:
         """Around a side that starts at ``load``: its kernel threads (:mod:`.threads`). Yields what
         the side's environment records: the count and why."""

@@ -55,14 +55,14 @@ BFLOAT16_ON_CPU = ("MindSpore's CPU kernels lack bfloat16 (MatMul, Conv2D, Group
 #: per step on small models, benchmarks/RESULTS.md figure 5) ...
 DEFAULT_MINDSPORE_MODE = "graph"
 #: ... but PyNative for a model folder of more weights than this on a CPU: there graph mode holds
-#: about three times the weights in memory and PyNative about 1.4x (figure 10), so that a
-#: real-sized comparison fits half the machine; faster steps in graph mode are the user's choice.
+#: about 2.3x the weights in memory and PyNative about 1.4x (figure 10), so that a real-sized
+#: comparison fits half the machine; faster steps in graph mode are the user's choice.
 PYNATIVE_ABOVE_BYTES = 1 << 30
 
 
 def large_model_pynative(weights_bytes: int) -> str:
     """Why a large model runs MindSpore PyNative on a CPU, unless graph mode is asked for."""
-    return (f"the model's weights are {weights_bytes / 1e9:.1f} GB: on a CPU graph mode would hold about 3x that in "
+    return (f"the model's weights are {weights_bytes / 1e9:.1f} GB: on a CPU graph mode would hold about 2.3x that in "
             "memory, PyNative about 1.4x; --mindspore-mode graph runs it anyway (faster per step once compiled)")
 
 
@@ -234,6 +234,15 @@ class MindSpore(Framework):
                 if freeze:
                     gc.unfreeze()
 
+    def laid_out(self, pipe, mode):
+        import mindspore as ms
+
+        if mode != "graph" or ms.get_context("device_target") != "CPU":
+            return contextlib.nullcontext()
+        from .mindspore_graph import linear_weights_transposed
+
+        return linear_weights_transposed(vars(pipe).values())
+
     def threads(self, load):
         from ..mindspore_cpu import cpu_threads
         from ..mindspore_cpu.install import on_cpu
@@ -257,7 +266,8 @@ class MindSpore(Framework):
         import mindspore
 
         # Graph mode keeps each compiled cell's graph and runtime memory (and so the cell) until
-        # told: about 10 GB for a Stable-Diffusion-1.5-sized UNet at 256x256 (benchmarks/bench_scale.py)
+        # told: the pipeline and its graphs' runtime memory, 9.4 GB for a Stable-Diffusion-1.5-sized one at
+        # 256x256 (benchmarks/bench_scale.py)
         mindspore.ms_memory_recycle()
         gc.collect()
 
