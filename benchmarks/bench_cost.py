@@ -12,8 +12,13 @@ its peak resident memory (the process and its children, VmRSS sampled every 0.2 
   kept floor: the cache's ``torch-floors`` folder emptied before) and once with the floor kept by
   the run before (xrand.compare.floor.kept_floor).
 
-One warm-up compare first puts MindSpore's compiled graphs (the digits model runs graph mode) and
-the floor in a cache folder of this figure's own; the three runs are then interleaved per repeat.
+The SD-1.5-sized folder, which the compare runs MindSpore PyNative on by default (its weights are
+over 1 GiB), once more with ``--mindspore-mode graph`` and the floor kept: what the faster steps
+of graph mode give at that size, at the memory graph mode holds.
+
+One warm-up compare first puts MindSpore's compiled graphs (the digits model runs graph mode; one
+more warm-up in graph mode for the SD-1.5-sized folder) and the floor in a cache folder of this
+figure's own; the runs are then interleaved per repeat.
 The ratio of each compare to the torch run of the same repeat; target: within 3x torch alone.
 Where the compare's time goes: the stages' seconds from its manifest.json (median over repeats).
 """
@@ -44,6 +49,8 @@ MODELS = {
                      {"prompt": PROMPT, "num_inference_steps": 4, "height": 256, "width": 256,
                       "num_images_per_prompt": 1}),
 }
+#: model -> the flags of one more compare, the floor kept (the folders MindSpore runs PyNative on by default)
+GRAPH_MODE = {"SD-1.5-sized": ["--mindspore-mode", "graph"]}
 TORCH_ALONE = """
 import torch, diffusers
 pipe = diffusers.DiffusionPipeline.from_pretrained({folder!r})
@@ -100,17 +107,20 @@ def run(repeats: int = 2, models=tuple(MODELS)) -> Section:
         with tempfile.TemporaryDirectory() as work:
             env = {"XRAND_CACHE_DIR": os.path.join(work, "cache")}
             compare = ["-m", "xrand", "compare", "--model", folder, *flags, "--quiet"]
-            timed([*compare, "--out", os.path.join(work, "warm-up")], env)
-            runs: Dict[str, List[Dict[str, float]]] = {"torch alone": [], "compare, floor measured": [],
-                                                       "compare, floor kept": []}
-            stages: Dict[str, List[Dict[str, float]]] = {"compare, floor measured": [], "compare, floor kept": []}
+            kinds = {"compare, floor measured": compare, "compare, floor kept": compare}
+            if model in GRAPH_MODE:
+                kinds["compare in graph mode, floor kept"] = [*compare, *GRAPH_MODE[model]]
+            for i, argv in enumerate(dict.fromkeys(tuple(argv) for argv in kinds.values())):
+                timed([*argv, "--out", os.path.join(work, f"warm-up-{i}")], env)
+            runs: Dict[str, List[Dict[str, float]]] = {"torch alone": [], **{name: [] for name in kinds}}
+            stages: Dict[str, List[Dict[str, float]]] = {name: [] for name in kinds}
             for r in range(repeats):
                 runs["torch alone"].append(timed(["-c", TORCH_ALONE.format(folder=folder, call=call)], env))
-                for name in stages:
+                for j, (name, argv) in enumerate(kinds.items()):
                     if name == "compare, floor measured":
                         shutil.rmtree(os.path.join(work, "cache", "torch-floors"), ignore_errors=True)
-                    out = os.path.join(work, f"{r}-{name.split()[-1]}")
-                    runs[name].append(timed([*compare, "--out", out], env))
+                    out = os.path.join(work, f"{r}-{j}")
+                    runs[name].append(timed([*argv, "--out", out], env))
                     stages[name].append(stage_seconds(out))
         alone = [x["seconds"] for x in runs["torch alone"]]
         for name, measured in runs.items():
