@@ -199,10 +199,18 @@ def assert_forked_child_continues(setup: str, numel: int) -> None:
 
 @pytest.fixture(autouse=True, scope="session")
 def _private_graph_cache(tmp_path_factory):
-    """MindSpore's compiled graphs (xrand.frameworks.mindspore.compile_cache) go to a temporary folder, not
-    the user's cache, for this process and the xrand processes tests start."""
+    """MindSpore's compiled graphs (xrand.frameworks.mindspore.compile_cache) and torch's kept floors
+    go to a temporary folder, not the user's cache, for this process and the xrand processes tests
+    start. Under pytest-xdist the run's workers share one (in the run's temporary folder, above each
+    worker's own), so a graph or floor one worker made is loaded by the other: both caches write a
+    temporary name and rename it, safe for processes writing the same key at once."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # pytest-xdist's workers each have a folder in the run's own
+    folder = base / "xrand-cache"
+    folder.mkdir(exist_ok=True)
     saved = os.environ.get("XRAND_CACHE_DIR")
-    os.environ["XRAND_CACHE_DIR"] = str(tmp_path_factory.mktemp("xrand-cache"))
+    os.environ["XRAND_CACHE_DIR"] = str(folder)
     yield
     if saved is None:
         os.environ.pop("XRAND_CACHE_DIR", None)

@@ -38,14 +38,15 @@ def test_compare_writes_report_and_pictures_quietly(tiny_model, mindone, tmp_pat
                                                   "torch.safetensors"]
 
 
-def test_run_then_compare_two_files(tiny_model, mindone, tmp_path):
+def test_run_then_compare_two_files(tiny_model, mindone, tmp_path, monkeypatch, capfd):
+    """Through ``main`` here (conftest.xrand_here): a fresh process adds nothing these checks see."""
     for backend in ("torch", "mindspore"):
-        out = xrand_cli("run", "--backend", backend, "--model", tiny_model, "--steps", "2", "--batch-size", "1",
-                        "--eta", "1", "--mindspore-mode", "graph", "--quiet",
-                        "--out", str(tmp_path / f"{backend}.safetensors"))
-        assert out.returncode == 0, out.stderr
-    out = xrand_cli("compare", str(tmp_path / "torch.safetensors"), str(tmp_path / "mindspore.safetensors"),
-                    "--out", str(tmp_path / "o"))
+        out = xrand_here(["run", "--backend", backend, "--model", tiny_model, "--steps", "2", "--batch-size", "1",
+                          "--eta", "1", "--mindspore-mode", "graph", "--quiet",
+                          "--out", str(tmp_path / f"{backend}.safetensors")], tmp_path, monkeypatch, capfd)
+        assert out.returncode == 0, (backend, out.stderr)
+    out = xrand_here(["compare", str(tmp_path / "torch.safetensors"), str(tmp_path / "mindspore.safetensors"),
+                      "--out", str(tmp_path / "o")], tmp_path, monkeypatch, capfd)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("PASS: torch vs mindspore after 2 steps")
 
@@ -197,9 +198,11 @@ def test_every_setting_has_one_flag_and_settings_written_as_flags_parse_back_to_
     assert settings_args({"model": "m", "seed": None, "call_options": {}}) == ["--model", "m"]  # None: the default
 
 
-def test_report_json_keeps_the_command_that_reproduces_it_from_any_folder(tiny_model, mindone, tmp_path):
+def test_report_json_keeps_the_command_that_reproduces_it_from_any_folder(tiny_model, mindone, tmp_path, monkeypatch,
+                                                                          capfd):
     """report.json's ``reproduce`` (and the page's Reproduce line) names the model folder by its
-    absolute path: run from another folder, it gives the same settings and the same comparison."""
+    absolute path: run from another folder, it gives the same settings and the same comparison.
+    Both runs through ``main`` here, each from its folder (conftest.xrand_here)."""
     import html
     import shlex
     import shutil
@@ -208,14 +211,14 @@ def test_report_json_keeps_the_command_that_reproduces_it_from_any_folder(tiny_m
     first.mkdir()
     other.mkdir()
     shutil.copytree(tiny_model, first / "model")
-    done = xrand_cli("compare", "--model", "model", "--steps", "1", "--batch-size", "1", "--seed", "3", "--eta",
-                     "0.5", "--no-noise-floor", "--quiet", "--out", "o", cwd=first)
+    done = xrand_here(["compare", "--model", "model", "--steps", "1", "--batch-size", "1", "--seed", "3", "--eta",
+                       "0.5", "--no-noise-floor", "--quiet", "--out", "o"], first, monkeypatch, capfd)
     assert done.returncode == 0, done.stderr
     report = json.load(open(first / "o" / "report.json"))
     command = shlex.split(report["reproduce"])
     assert command[:2] == ["xrand", "compare"] and command[command.index("--model") + 1] == str(first / "model")
     assert html.escape(report["reproduce"], quote=False) in (first / "o" / "report.html").read_text()
-    again = xrand_cli(*command[1:], "--quiet", "--out", "o", cwd=other)
+    again = xrand_here([*command[1:], "--quiet", "--out", "o"], other, monkeypatch, capfd)
     assert again.returncode == 0, again.stderr
     second = json.load(open(other / "o" / "report.json"))
     assert dict(second["settings"], model="model") == report["settings"]

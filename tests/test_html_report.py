@@ -3,7 +3,8 @@ the pages in a real browser (headless Chromium): no console error, no request, n
 verdict and the final relative L2 on screen.
 
 The pages come from real runs of the xrand command line on the embedded digits model (the
-scheduler matrix: on a tiny model, conftest's); every expected number is read from the JSON those
+scheduler matrix: on a tiny model, conftest's; the sweeps through ``xrand.cli.main`` in the test's
+process, their workers processes of their own); every expected number is read from the JSON those
 runs wrote.
 """
 import csv
@@ -34,6 +35,16 @@ def xrand_cli(*args):
     return run
 
 
+def xrand_sweep(*args):
+    """``xrand sweep ARGS --quiet`` through ``main`` here: its cells run in worker processes either
+    way; the test's process spares the command's own interpreter and imports."""
+    pytest.importorskip("torch")
+    pytest.importorskip("mindone.diffusers")
+    from xrand.cli import main
+
+    assert main(["sweep", *args, "--quiet"]) == 0, args
+
+
 @pytest.fixture(scope="module")
 def compare_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("html") / "compare"
@@ -49,7 +60,7 @@ def matrix_dir(scheduler_matrix):
 @pytest.fixture(scope="module")
 def sweep_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("html") / "sweep"
-    xrand_cli("sweep", "--seeds", "0-3", "--steps", "4", "--batch-size", "1", "--out", str(out))
+    xrand_sweep("--seeds", "0-3", "--steps", "4", "--batch-size", "1", "--out", str(out))
     return out
 
 
@@ -190,7 +201,7 @@ def test_the_sweep_page_command_reproduces_the_sweep(sweep_dir, tmp_path):
     command = shlex.split(html_module.unescape(re.search(r'<h2 id="command">Reproduce</h2>\s*<pre>(.*?)</pre>',
                                                          page).group(1)))
     assert command[:2] == ["xrand", "sweep"] and command[-2:] == ["--out", "DIR"]
-    xrand_cli(*command[1:-1], str(tmp_path / "again"))
+    xrand_sweep(*command[2:-1], str(tmp_path / "again"))
     rows = [json.loads(line) for line in (sweep_dir / "results.jsonl").read_text().splitlines() if line]
     again = [json.loads(line) for line in (tmp_path / "again" / "results.jsonl").read_text().splitlines() if line]
     key = lambda r: (r["seed"], r["scheduler"])  # noqa: E731

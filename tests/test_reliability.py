@@ -322,12 +322,15 @@ def test_a_large_models_mindspore_stages_run_in_one_process_of_their_own_with_th
     assert not store.done("mindspore")
 
 
-def test_a_folder_of_another_comparison_is_refused_before_any_model_loads(tiny_model, mindone, tmp_path):
+def test_a_folder_of_another_comparison_is_refused_before_any_model_loads(tiny_model, mindone, tmp_path, monkeypatch,
+                                                                          capfd):
+    """Both commands through ``main`` here (conftest.xrand_here)."""
     out = str(tmp_path / "o")
-    first = xrand_cli("compare", "--model", tiny_model, "--steps", "1", "--batch-size", "1", "--no-noise-floor",
-                      "--quiet", "--out", out)
+    first = xrand_here(["compare", "--model", tiny_model, "--steps", "1", "--batch-size", "1", "--no-noise-floor",
+                        "--quiet", "--out", out], tmp_path, monkeypatch, capfd)
     assert first.returncode == 0, first.stderr
-    again = xrand_cli("compare", "--model", tiny_model, "--steps", "2", "--batch-size", "1", "--quiet", "--out", out)
+    again = xrand_here(["compare", "--model", tiny_model, "--steps", "2", "--batch-size", "1", "--quiet", "--out", out],
+                       tmp_path, monkeypatch, capfd)
     one_line_error(again, f"--out {out!r} holds a comparison of other settings (differing: settings.steps 1 vs 2)")
 
 
