@@ -114,3 +114,35 @@ def test_a_large_model_runs_mindspore_pynative_on_a_cpu_unless_graph_mode_is_ask
 def test_bad_plan_options_are_refused_naming_the_value(tiny_model, options, message):
     with pytest.raises(xrand.UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):
         make_plan(Settings(model=tiny_model), **options)
+
+
+def test_a_weight_files_sha256_is_kept_and_a_rewritten_file_is_hashed_again(tmp_path, monkeypatch):
+    """A weight file's digest is hashed once and kept in the cache: a later process reads it back
+    (here: what the cache holds is what is returned); the same file rewritten, same size and
+    modification time put back, is hashed again (its change time moved)."""
+    import hashlib
+
+    from xrand.pipelines import folder as folders
+
+    monkeypatch.setenv("XRAND_CACHE_DIR", str(tmp_path / "cache"))
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(b"a" * 1000)
+
+    def digest():
+        folders._sha256.cache_clear()  # as a new process: nothing in memory
+        stat = os.stat(weights)
+        return folders._sha256(str(weights), stat.st_size, stat.st_mtime_ns)
+
+    assert digest() == hashlib.sha256(b"a" * 1000).hexdigest()
+    kept = list((tmp_path / "cache" / folders.DIGESTS).iterdir())
+    assert len(kept) == 1 and kept[0].read_text() == hashlib.sha256(b"a" * 1000).hexdigest()
+    kept[0].write_text("0" * 64)
+    assert digest() == "0" * 64  # read back, not hashed
+
+    before = os.stat(weights)
+    weights.write_bytes(b"b" * 1000)
+    os.utime(weights, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert digest() == hashlib.sha256(b"b" * 1000).hexdigest()
+
+    monkeypatch.setenv("XRAND_CACHE_DIR", str(weights))  # a file: the cache cannot be written
+    assert digest() == hashlib.sha256(b"b" * 1000).hexdigest()
