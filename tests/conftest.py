@@ -19,6 +19,30 @@ def pytest_sessionstart(session):
         tune_cpu_runtime()
 
 
+#: the slowest test files, slowest first (measured: --durations, both workers summed)
+SLOW_FILES = ("test_reliability.py", "test_families.py", "test_two_machines.py", "test_sweep.py",
+              "test_precision.py", "test_html_report.py", "test_controlnet.py", "test_reproducibility.py",
+              "test_cli.py", "test_next_families.py", "test_weights.py", "test_graph_cache.py")
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist's ``--dist loadfile`` with the slowest files handed out first: its own order
+    is by number of tests, which sent test_two_machines.py (few tests, minutes) out last, to run
+    alone on one worker while the other idled. Files not in SLOW_FILES follow in xdist's order."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SlowFilesFirst(LoadFileScheduling):
+        def _assign_work_unit(self, node):
+            for name in reversed(SLOW_FILES):
+                for scope in [s for s in self.workqueue if s.rsplit("/", 1)[-1] == name]:
+                    self.workqueue.move_to_end(scope, last=False)
+            super()._assign_work_unit(node)
+
+    return SlowFilesFirst(config, log)
+
+
 @pytest.fixture(scope="session")
 def mindone():
     """mindone.diffusers on MindSpore, for a test or fixture that runs MindSpore's side. Where
@@ -177,6 +201,60 @@ def xrand_here(args, cwd, monkeypatch, capfd, env=None) -> subprocess.CompletedP
         code = exc.code
     out = capfd.readouterr()
     return subprocess.CompletedProcess(["xrand", *args], code, out.out, out.err)
+
+
+# Each command through xrand.cli.main, from its folder, one after another in one interpreter; each
+# command's stdout and stderr read at the file descriptors into files of their own.
+_EACH = r"""
+import json, os, sys
+exec(sys.argv[2])
+from xrand.cli import main
+codes = []
+for cwd, args, out, err in json.loads(sys.argv[1]):
+    os.chdir(cwd)
+    saved = os.dup(1), os.dup(2)
+    for fd, path in ((1, out), (2, err)):
+        f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        os.dup2(f, fd)
+        os.close(f)
+    try:
+        code = main(args)
+    except SystemExit as exc:
+        code = exc.code
+    sys.stdout.flush()
+    sys.stderr.flush()
+    for fd, kept in zip((1, 2), saved):
+        os.dup2(kept, fd)
+        os.close(kept)
+    codes.append(code)
+print(json.dumps(codes))
+"""
+
+
+def xrand_each(commands, scratch, python=sys.executable, env=None, setup=""):
+    """``xrand ARGS`` for each ``(cwd, ARGS)`` of ``commands``, one after another in ONE new
+    interpreter ``python`` (``env`` added, ``setup`` run first): a list of what
+    ``subprocess.run([python, "-m", "xrand", *ARGS], cwd=cwd)`` returns for each, for commands
+    that each need a fresh environment but not a process of their own (one-line errors): one
+    interpreter's imports, not one per command. Its output files go to the folder ``scratch``."""
+    import json
+    import tempfile
+
+    runs = []
+    folder = tempfile.mkdtemp(dir=scratch)
+    for i, (cwd, args) in enumerate(commands):
+        runs.append([str(cwd), [str(a) for a in args], os.path.join(folder, f"{i}.out"),
+                     os.path.join(folder, f"{i}.err")])
+    done = subprocess.run([python, "-c", _EACH, json.dumps(runs), setup], capture_output=True, text=True,
+                          env=dict(os.environ, **(env or {})), timeout=900)
+    assert done.returncode == 0, done.stderr
+    codes = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(codes) == len(runs)
+    results = []
+    for (_, args, out, err), code in zip(runs, codes):
+        with open(out) as o, open(err) as e:
+            results.append(subprocess.CompletedProcess(["xrand", *args], code, o.read(), e.read()))
+    return results
 
 
 def assert_forked_child_continues(setup: str, numel: int) -> None:

@@ -14,7 +14,7 @@ from xrand.cli import main
 pytest.importorskip("torch")
 pytest.importorskip("diffusers")
 
-from conftest import make_tiny_model, xrand_here  # noqa: E402
+from conftest import make_tiny_model, xrand_each, xrand_here  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -249,26 +249,42 @@ def test_no_command_prints_help():
 
 
 IMPORT_ERROR = ("mindone.diffusers cannot be imported here", "pip install 'xrand[mindspore,diffusers]'")
+WITHOUT_MINDONE = {  # case -> the command, run where mindone cannot be imported
+    "only mindspore": ["compare", "--steps", "1", "--only", "mindspore"],
+    "run mindspore": ["run", "--backend", "mindspore", "--out", "m.safetensors"],
+    "sweep": ["sweep", "--seeds", "0-1", "--out", "sweep"],
+    "compare": ["compare", "--steps", "1", "--batch-size", "1", "--quiet", "--out", "o"],
+}
 
 
-@pytest.mark.parametrize("args, message", [
-    (["compare", "--steps", "1", "--only", "mindspore"], ("--only mindspore: mindspore and mindone must be installed",)),
-    (["run", "--backend", "mindspore", "--out", "m.safetensors"], IMPORT_ERROR),
-    (["sweep", "--seeds", "0-1", "--out", "sweep"], IMPORT_ERROR)])
-def test_a_library_that_cannot_be_imported_is_one_line_and_writes_nothing(args, message, tmp_path):
-    """As on an install without MindSpore (xrand[torch,diffusers,compare]): mindone hidden."""
-    code = f"import sys; sys.modules['mindone'] = None; from xrand.cli import main; sys.exit(main({args!r}))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(tmp_path), timeout=600)
+@pytest.fixture(scope="module")
+def without_mindone(tmp_path_factory):
+    """As on an install without MindSpore (xrand[torch,diffusers,compare]): mindone hidden. Every
+    WITHOUT_MINDONE command in one new interpreter (conftest.xrand_each; not one each, each
+    importing torch again). case -> (the command's folder, its CompletedProcess)."""
+    root = tmp_path_factory.mktemp("without-mindone")
+    folders = {case: root / f"cwd{i}" for i, case in enumerate(WITHOUT_MINDONE)}
+    for folder in folders.values():
+        folder.mkdir()
+    done = xrand_each([(folders[case], args) for case, args in WITHOUT_MINDONE.items()], root,
+                      setup="sys.modules['mindone'] = None")
+    return {case: (folders[case], out) for case, out in zip(WITHOUT_MINDONE, done)}
+
+
+@pytest.mark.parametrize("case, message", [
+    ("only mindspore", ("--only mindspore: mindspore and mindone must be installed",)),
+    ("run mindspore", IMPORT_ERROR),
+    ("sweep", IMPORT_ERROR)])
+def test_a_library_that_cannot_be_imported_is_one_line_and_writes_nothing(without_mindone, case, message):
+    folder, out = without_mindone[case]
     lines = out.stderr.strip().splitlines()
     assert out.returncode == 2 and len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
     assert all(part in lines[0] for part in message), lines[0]
-    assert os.listdir(tmp_path) == []
+    assert os.listdir(folder) == []
 
 
-def test_compare_without_mindspore_runs_torchs_stages_and_says_what_is_left(tmp_path):
-    code = ("import sys; sys.modules['mindone'] = None; from xrand.cli import main; "
-            "sys.exit(main(['compare', '--steps', '1', '--batch-size', '1', '--quiet', '--out', 'o']))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(tmp_path), timeout=600)
+def test_compare_without_mindspore_runs_torchs_stages_and_says_what_is_left(without_mindone):
+    _, out = without_mindone["compare"]
     assert out.returncode == 0, out.stderr
     line = json.loads(out.stdout)
     assert line["verdict"] == "incomplete" and line["done"] == ["torch weights", "torch", "floor"] and \

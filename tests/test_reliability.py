@@ -110,12 +110,13 @@ def test_side_files_and_reports_get_the_users_umask(two_torch_runs, tmp_path):
         assert {name: mode(out_dir / name) for name in files} == {name: want for name in files}
 
 
-def test_a_run_compared_with_itself_is_refused(two_torch_runs, tmp_path):
+def test_a_run_compared_with_itself_is_refused(two_torch_runs, tmp_path, monkeypatch, capfd):
+    """The file with itself in a new ``python -m xrand``, with its copy through ``main`` here."""
     a = str(two_torch_runs / "a.safetensors")
     shutil.copy(a, tmp_path / "copy.safetensors")
-    for other in (a, str(tmp_path / "copy.safetensors")):
-        out = xrand_cli("compare", a, other, "--out", str(tmp_path / "o"))
-        one_line_error(out, "both sides are the same torch run")
+    one_line_error(xrand_cli("compare", a, a, "--out", str(tmp_path / "o")), "both sides are the same torch run")
+    one_line_error(xrand_here(["compare", a, str(tmp_path / "copy.safetensors"), "--out", str(tmp_path / "o")],
+                              tmp_path, monkeypatch, capfd), "both sides are the same torch run")
     assert sorted(os.listdir(tmp_path)) == ["copy.safetensors"]
 
 
@@ -190,7 +191,7 @@ def test_a_ray_sweep_killed_by_sigkill_leaves_no_ray_worker(mindone, tmp_path):
                 os.kill(pid, signal.SIGKILL)
 
 
-def test_a_sweep_killed_by_sigkill_leaves_no_worker_and_the_next_run_resumes(mindone, tmp_path):
+def test_a_sweep_killed_by_sigkill_leaves_no_worker_and_the_next_run_resumes(mindone, tmp_path, monkeypatch, capfd):
     out = str(tmp_path / "sweep")
     # cells of many seconds: the worker is inside the second cell when the sweep is killed, where
     # it would not see its pipe close until the cell ends
@@ -216,7 +217,11 @@ def test_a_sweep_killed_by_sigkill_leaves_no_worker_and_the_next_run_resumes(min
     with open(results) as f:
         kept = sum(1 for line in f if line.strip())
     assert kept == 1
-    again = xrand_cli(*command, umask=0o002)
+    umask = os.umask(0o002)  # the rerun through main here (its cell runs in a worker process either way)
+    try:
+        again = xrand_here(command, tmp_path, monkeypatch, capfd)
+    finally:
+        os.umask(umask)
     assert again.returncode == 0, again.stderr
     line = json.loads(again.stdout)
     assert (line["finished"], line["ran"]) == (2, 1)

@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("diffusers")
 
-from conftest import make_tiny_model  # noqa: E402
+from conftest import make_tiny_model, xrand_each  # noqa: E402
 
 import xrand  # noqa: E402
 from xrand.cli import main  # noqa: E402
@@ -30,6 +30,13 @@ def cli(python, *args, cwd=None):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([SOURCE, os.environ.get("PYTHONPATH", "")]))
     return subprocess.run([python, "-m", "xrand", *args], capture_output=True, text=True, timeout=900, cwd=cwd,
                           env=env)
+
+
+def cli_each(python, scratch, *commands):
+    """What ``cli(python, *args)`` returns for each ``args`` of ``commands``, all run one after
+    another in one new interpreter (conftest.xrand_each), from ``scratch``."""
+    env = {"PYTHONPATH": os.pathsep.join([SOURCE, os.environ.get("PYTHONPATH", "")])}
+    return xrand_each([(scratch, args) for args in commands], scratch, python=python, env=env)
 
 
 def report(folder):
@@ -148,18 +155,22 @@ def torch_done(tmp_path_factory, torch_only_python):
 
 def test_mindspore_stages_before_torchs_records_name_the_missing_stage_and_its_command(
         mindspore_only_python, tmp_path):
-    out = cli(mindspore_only_python, "compare", "--steps", "2", "--lockstep", "--only", "mindspore", "--out",
-              str(tmp_path / "o"))
+    """The three commands in one interpreter of the MindSpore-only environment (cli_each)."""
+    out, other, refused = cli_each(
+        mindspore_only_python, tmp_path,
+        ["compare", "--steps", "2", "--lockstep", "--only", "mindspore", "--out", str(tmp_path / "o")],
+        ["compare", "--steps", "2", "--lockstep", "--no-weights-check", "--only", "mindspore", "--out",
+         str(tmp_path / "p")],
+        ["compare", "--only", "torch", "--out", str(tmp_path / "q")])
     one_line_error(out, "the stage 'mindspore weights' needs torch's stage 'torch weights'", "xrand compare --only torch")
-    out = cli(mindspore_only_python, "compare", "--steps", "2", "--lockstep", "--no-weights-check", "--only",
-              "mindspore", "--out", str(tmp_path / "p"))
-    one_line_error(out, "the stage 'lockstep' needs torch's stage 'torch'", "xrand compare --only torch")
-    refused = cli(mindspore_only_python, "compare", "--only", "torch", "--out", str(tmp_path / "q"))
+    one_line_error(other, "the stage 'lockstep' needs torch's stage 'torch'", "xrand compare --only torch")
     one_line_error(refused, "--only torch: torch and diffusers must be installed here")
 
 
 def test_a_truncated_or_edited_record_is_named(torch_done, mindspore_only_python, tmp_path):
+    """Both refusals in one interpreter of the MindSpore-only environment (cli_each)."""
     model, done = torch_done
+    records = []
     for edit in ("truncate", "edit"):
         out = shutil.copytree(done, tmp_path / edit)
         record = out / "records" / "torch-run-00000.safetensors"
@@ -169,8 +180,11 @@ def test_a_truncated_or_edited_record_is_named(torch_done, mindspore_only_python
         else:
             data[-5] ^= 0xFF
         record.write_bytes(bytes(data))
-        refused = cli(mindspore_only_python, "compare", "--only", "mindspore", "--out", str(out))
-        one_line_error(refused, str(record), "truncated or edited")
+        records.append(record)
+    refused = cli_each(mindspore_only_python, tmp_path,
+                       *(["compare", "--only", "mindspore", "--out", str(r.parents[1])] for r in records))
+    for record, out in zip(records, refused):
+        one_line_error(out, str(record), "truncated or edited")
 
 
 def test_a_model_folder_of_other_weights_is_refused_naming_the_component(torch_done, mindspore_only_python,
@@ -185,10 +199,11 @@ def test_a_model_folder_of_other_weights_is_refused_naming_the_component(torch_d
     tensors[name] = tensors[name] + np.float32(1e-3)
     save_file(tensors, str(weights))
     out = shutil.copytree(done, tmp_path / "out")
-    refused = cli(mindspore_only_python, "compare", "--only", "mindspore", "--out", str(out), "--model", str(other))
+    refused, gone = cli_each(  # both in one interpreter of the MindSpore-only environment
+        mindspore_only_python, tmp_path,
+        ["compare", "--only", "mindspore", "--out", str(out), "--model", str(other)],
+        ["compare", "--only", "mindspore", "--out", str(out), "--model", str(tmp_path / "nowhere")])
     one_line_error(refused, "the weights of unet in", "are not the ones")
-    gone = cli(mindspore_only_python, "compare", "--only", "mindspore", "--out", str(out), "--model",
-               str(tmp_path / "nowhere"))
     assert gone.returncode == 2 and "Traceback" not in gone.stderr
 
 
@@ -233,13 +248,15 @@ def test_the_input_image_and_a_lora_may_live_at_other_paths_on_mindspores_machin
     assert torch_side.returncode == 0, torch_side.stderr
     assert f"--only mindspore --out {out} [--model PATH] [--lora FILE[:SCALE]] [--image FILE]" in torch_side.stdout
     shutil.move(str(here), str(there))  # neither file is where the manifest says
-    missing = cli(mindspore_only_python, "compare", "--only", "mindspore", "--out", out, "--model", models["sd"])
+    missing, other, done = cli_each(  # the three in one interpreter of the MindSpore-only environment
+        mindspore_only_python, tmp_path,
+        ["compare", "--only", "mindspore", "--out", out, "--model", models["sd"]],
+        ["compare", "--only", "mindspore", "--out", out, "--model", models["sd"], "--lora",
+         str(there / "image.png.safetensors")],
+        ["compare", "--only", "mindspore", "--out", out, "--model", models["sd"], "--lora",
+         str(there / "style.safetensors"), "--image", str(there / "image.png")])
     one_line_error(missing, f"the LoRA '{lora}' that manifest.json names is not on this machine", "--lora")
-    other = cli(mindspore_only_python, "compare", "--only", "mindspore", "--out", out, "--model", models["sd"],
-                "--lora", str(there / "image.png.safetensors"))
     one_line_error(other, "this comparison has no LoRA named 'image.png' (style)")
-    done = cli(mindspore_only_python, "compare", "--only", "mindspore", "--out", out, "--model", models["sd"],
-               "--lora", str(there / "style.safetensors"), "--image", str(there / "image.png"))
     assert done.returncode == 0, done.stderr
     split = report(out)
     assert split["stages"]["missing"] == [] and split["verdict"] == "pass", split["summary"]
