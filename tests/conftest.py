@@ -19,30 +19,6 @@ def pytest_sessionstart(session):
         tune_cpu_runtime()
 
 
-#: the slowest test files, slowest first (measured: --durations, both workers summed)
-SLOW_FILES = ("test_reliability.py", "test_families.py", "test_two_machines.py", "test_sweep.py",
-              "test_precision.py", "test_html_report.py", "test_controlnet.py", "test_reproducibility.py",
-              "test_cli.py", "test_next_families.py", "test_weights.py", "test_graph_cache.py")
-
-
-def pytest_xdist_make_scheduler(config, log):
-    """pytest-xdist's ``--dist loadfile`` with the slowest files handed out first: its own order
-    is by number of tests, which sent test_two_machines.py (few tests, minutes) out last, to run
-    alone on one worker while the other idled. Files not in SLOW_FILES follow in xdist's order."""
-    if config.getvalue("dist") != "loadfile":
-        return None
-    from xdist.scheduler import LoadFileScheduling
-
-    class SlowFilesFirst(LoadFileScheduling):
-        def _assign_work_unit(self, node):
-            for name in reversed(SLOW_FILES):
-                for scope in [s for s in self.workqueue if s.rsplit("/", 1)[-1] == name]:
-                    self.workqueue.move_to_end(scope, last=False)
-            super()._assign_work_unit(node)
-
-    return SlowFilesFirst(config, log)
-
-
 @pytest.fixture(scope="session")
 def mindone():
     """mindone.diffusers on MindSpore, for a test or fixture that runs MindSpore's side. Where
