@@ -142,6 +142,45 @@ def test_lockstep_for_any_scheduler(tiny_pair, tiny_model, name, options, draws)
     assert all(r["sample"]["rel_l2"] < 1e-4 for r in c.local_steps)
 
 
+_KDPM2A_TIMESTEPS = """
+import os, sys, json
+os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # one core: MindSpore's kernels on one thread
+from xrand.mindspore_cpu import tune_cpu_runtime
+tune_cpu_runtime()
+from xrand.patch import patched
+with patched(["mindone.diffusers"]):
+    from mindone.diffusers import KDPM2AncestralDiscreteScheduler
+    scheduler = KDPM2AncestralDiscreteScheduler.from_config(json.loads(sys.argv[1]))
+    scheduler.set_timesteps(4)
+    print(json.dumps(scheduler.timesteps.asnumpy().astype(float).tolist()))
+"""
+
+
+def test_kdpm2_ancestral_timesteps_are_the_same_schedule_with_mindspore_on_one_thread(mindone, tiny_model):
+    """mindone's KDPM2 ancestral timesteps, MindSpore's kernels on one thread (a sweep worker's
+    count): its interpolated sigmas round otherwise (sqrt of a cancellation), its last
+    interpolated timestep is 0.00117 where diffusers' is 0 on this machine: the same schedule
+    (result.same_timesteps). A whole timestep apart is another schedule."""
+    import subprocess
+    import sys
+
+    import diffusers
+
+    from xrand.compare.result import same_timesteps
+
+    config = json.load(open(f"{tiny_model}/scheduler/scheduler_config.json"))  # the matrix's model's
+    torch_side = diffusers.KDPM2AncestralDiscreteScheduler.from_config(config)
+    torch_side.set_timesteps(4)
+    expected = torch_side.timesteps.numpy().astype(float).tolist()
+    done = subprocess.run([sys.executable, "-c", _KDPM2A_TIMESTEPS, json.dumps(config)], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    one_thread = json.loads(done.stdout.strip().splitlines()[-1])
+    assert same_timesteps(expected, one_thread), (expected, one_thread)
+    assert not same_timesteps([999.0, 750.0], [999.0, 749.0])
+    assert not same_timesteps(expected, expected[:-1])
+
+
 def test_the_reference_run_records_each_denoiser_call_and_step_and_lockstep_feeds_them(tiny_pair, tiny_model):
     p = plan(tiny_model, scheduler="lms")
     side = run(tiny_pair.torch, p, record_calls=Everything(), record_steps=True)
