@@ -1,7 +1,7 @@
 """Where xrand keeps what it computed once for later runs: ``$XRAND_CACHE_DIR`` (default
 ``$XDG_CACHE_HOME/xrand``, else ``~/.cache/xrand``), one subfolder per kind (MindSpore's compiled
-graphs, torch's float64 noise floors, weight files' sha256). Everything there is keyed by what made it, xrand's own
-source included (:func:`source_digest`), and can be deleted at any time."""
+graphs, torch's float64 noise floors, weight files' sha256). Everything there is keyed by what
+made it, xrand's own source included (:func:`source_digest`), and can be deleted at any time."""
 from __future__ import annotations
 
 import functools

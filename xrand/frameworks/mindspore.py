@@ -66,7 +66,8 @@ PYNATIVE_ABOVE_BYTES = 1 << 30
 def large_model_pynative(weights_bytes: int) -> str:
     """Why a large model runs MindSpore PyNative on a CPU, unless graph mode is asked for."""
     return (f"the model's weights are {weights_bytes / 1e9:.1f} GB: on a CPU graph mode would hold about 2.5x that in "
-            "memory (at 256x256; more at larger images), PyNative about 1.5x; --mindspore-mode graph runs it anyway (faster per step once compiled)")
+            "memory (at 256x256; more at larger images), PyNative about 1.5x; --mindspore-mode graph runs it anyway "
+            "(faster per step once compiled)")
 
 
 def check_mindspore_mode(mode: Any) -> str:
