@@ -130,8 +130,7 @@ def test_a_weight_files_sha256_is_kept_and_a_rewritten_file_is_hashed_again(tmp_
 
     def digest():
         folders._sha256.cache_clear()  # as a new process: nothing in memory
-        stat = os.stat(weights)
-        return folders._sha256(str(weights), stat.st_size, stat.st_mtime_ns)
+        return folders.file_sha256(str(weights))
 
     assert digest() == hashlib.sha256(b"a" * 1000).hexdigest()
     kept = list((tmp_path / "cache" / folders.DIGESTS).iterdir())

@@ -86,10 +86,9 @@ class ModelFolder:
             return f"folder:{self.digest}"
         digest = hashlib.sha256()
         for path in self.weights:
-            stat = os.stat(path)
             name = "single file" if self.single_file else os.path.relpath(path, self.path)
             digest.update(name.encode() + b"\0")
-            digest.update(_sha256(os.path.realpath(path), stat.st_size, stat.st_mtime_ns).encode() + b"\0")
+            digest.update(file_sha256(path).encode() + b"\0")
         return "sha256:" + digest.hexdigest()
 
 
@@ -99,25 +98,29 @@ def component_digests(folder: ModelFolder) -> Dict[str, str]:
     digests: Dict[str, Any] = {}
     for path in folder.weights:
         relative = "single file" if folder.single_file else os.path.relpath(path, folder.path)
-        stat = os.stat(path)
         digest = digests.setdefault(relative.split(os.sep)[0], hashlib.sha256())
-        digest.update(relative.encode() + b"\0" + _sha256(os.path.realpath(path), stat.st_size,
-                                                           stat.st_mtime_ns).encode() + b"\0")
+        digest.update(relative.encode() + b"\0" + file_sha256(path).encode() + b"\0")
     return {name: digest.hexdigest() for name, digest in sorted(digests.items())}
 
 
 DIGESTS = "file-digests"  # the cache's subfolder (xrand.cache)
 
 
+def file_sha256(path: str) -> str:
+    """A weight file's sha256, hashed once per file version (:func:`_sha256`)."""
+    real = os.path.realpath(path)
+    stat = os.stat(real)
+    return _sha256(real, stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+
+
 @functools.lru_cache(maxsize=256)
-def _sha256(path: str, size: int, mtime_ns: int) -> str:
-    """A weight file's sha256, hashed once per file version: both sides of a comparison, and later
+def _sha256(path: str, device: int, inode: int, size: int, mtime_ns: int, ctime_ns: int) -> str:
+    """The sha256 of the file version the arguments name: both sides of a comparison, and later
     runs, read it from xrand's cache (``file-digests``), kept there under the file's path, device,
     inode, size and modification and change times (any write changes the change time). An
     SD-1.5-sized folder's 3.9 GB take 2.3 s to hash."""
-    stat = os.stat(path)
-    kept = os.path.join(cache_dir(DIGESTS), key_of({"path": path, "device": stat.st_dev, "inode": stat.st_ino,
-                                                    "size": size, "mtime_ns": mtime_ns, "ctime_ns": stat.st_ctime_ns}))
+    kept = os.path.join(cache_dir(DIGESTS), key_of({"path": path, "device": device, "inode": inode, "size": size,
+                                                    "mtime_ns": mtime_ns, "ctime_ns": ctime_ns}))
     try:
         with open(kept) as f:
             saved = f.read()
