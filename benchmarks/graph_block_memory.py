@@ -14,7 +14,6 @@ resident memory grew by over its call, after giving the C heap's free memory bac
 from __future__ import annotations
 
 import argparse
-import ctypes
 import gc
 import os
 import sys
@@ -25,14 +24,14 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from bench_common import tree_rss  # noqa: E402
 from bench_scale import model_folder  # noqa: E402
 
 BLOCKS = ["down_blocks.1.resnets.1", "down_blocks.0.attentions.0"]
 
 
 def rss_gib() -> float:
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 2 ** 20
+    return tree_rss(os.getpid()) / 2 ** 30
 
 
 def main() -> None:
@@ -42,6 +41,7 @@ def main() -> None:
     parser.add_argument("blocks", nargs="*", default=BLOCKS)
     args = parser.parse_args()
 
+    from xrand.compare.stages import trim_heap
     from xrand.frameworks import framework
     from xrand.frameworks.quiet import silenced
 
@@ -78,16 +78,15 @@ def main() -> None:
         cls.construct = construct
     gc.collect()
 
-    libc = ctypes.CDLL("libc.so.6")
     ms.set_context(mode=ms.GRAPH_MODE)
     print(f"{args.size}x{args.size}, MindSpore {ms.__version__}: block, parameters (GiB), kept after its graph-mode call (GiB)")
     with graph.graph_mode_calls(), graph.linear_weights_transposed(blocks):
         for path, module in zip(args.blocks, blocks):
             a, k = inputs[id(module)]
-            libc.malloc_trim(0)
+            trim_heap()
             before = rss_gib()
             module(*a, **k)
-            libc.malloc_trim(0)
+            trim_heap()
             params = sum(p.nbytes for p in module.get_parameters()) / 2 ** 30
             print(f"{path} ({type(module).__name__}): {params:.3f}, {rss_gib() - before:+.3f}", flush=True)
 

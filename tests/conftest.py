@@ -16,8 +16,10 @@ def pytest_sessionstart(session):
     cores' kernel threads, torch's and MindSpore's (one each on 2 cores, as a sweep worker runs):
     more threads than free cores wait on each other (xrand/frameworks/threads.py); the suite took
     610 s where both workers ran two each 672 s (1.8 of 4.6 minutes of system time saved)."""
-    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    threads = max(1, len(os.sched_getaffinity(0)) // workers)
+    from xrand.frameworks.threads import usable_cores
+
+    cores, workers = usable_cores(), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    threads = max(1, cores // workers)
     if importlib.util.find_spec("torch") is not None:
         import torch
 
@@ -25,7 +27,7 @@ def pytest_sessionstart(session):
     if importlib.util.find_spec("mindspore") is not None:
         from xrand.mindspore_cpu import tune_cpu_runtime
 
-        tune_cpu_runtime(threads, f"{len(os.sched_getaffinity(0))} usable cores shared by {workers} pytest-xdist workers")
+        tune_cpu_runtime(threads, f"{cores} usable cores shared by {workers} pytest-xdist workers")
 
 
 @pytest.fixture(scope="session")
