@@ -88,16 +88,32 @@ def test_patched_with_libraries_patches_those_and_puts_back_only_its_own(mindone
         xrand.patch(["torch"])
 
 
-def test_a_mindspore_side_does_not_import_diffusers(tiny_model, mindone):
-    """Its run times MindSpore's pipeline only (diffusers' import took 0.3-0.6 s of it)."""
-    code = ("import sys, json; from xrand.pipelines.settings import Settings; "
-            "from xrand.compare import make_plan; from xrand.compare.sides import load, run; "
-            f"p = make_plan(Settings(model={tiny_model!r}, steps=1, batch_size=1), frameworks=['mindspore'], "
-            "mindspore_mode='pynative'); "
-            "run(load(p, 'mindspore'), p); print(json.dumps('diffusers' in sys.modules))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip().splitlines()[-1] == "false"
+def test_a_process_of_mindspores_side_alone_imports_transformers_without_torch(tiny_model, mindone, tmp_path):
+    """Where torch is installed too, transformers imports it (2.8 s of mindone's pipeline import);
+    MindSpore's stages in their own process, and a command line of MindSpore's side alone, import
+    it as a MindSpore-only machine does, with the same numbers. ``main`` called with its arguments
+    (a notebook may run torch's side next) imports it as usual. Neither imports diffusers (its
+    import took 0.3-0.6 s of a MindSpore side's run)."""
+    from xrand.compare.stages import _in_own_process
+
+    # the work is a builtin: a function of this module would import torch with the module
+    imported = ("__import__('mindone.diffusers', fromlist=['StableDiffusionPipeline']).StableDiffusionPipeline and "
+                "[name in __import__('sys').modules for name in ('transformers', 'torch', 'diffusers')]")
+    assert _in_own_process(eval, (imported,), "a test", ["mindone.diffusers"]) == [True, False, False]
+    args = ["run", "--backend", "mindspore", "--model", tiny_model, "--steps", "1", "--batch-size", "1", "--quiet"]
+    code = ("import json, sys; from xrand.cli import main; {call}; "
+            "print(json.dumps([name in sys.modules for name in ('transformers', 'torch', 'diffusers')]))")
+    tried = {}
+    for name, call in (("command line", f"sys.argv = ['xrand', *{args!r}, '--out', sys.argv[1]]; main()"),
+                       ("main(args)", f"main([*{args!r}, '--out', sys.argv[1]])")):
+        path = str(tmp_path / f"{len(tried)}.safetensors")
+        done = subprocess.run([sys.executable, "-c", code.format(call=call), path], capture_output=True, text=True,
+                              timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        tried[name] = json.loads(done.stdout.strip().splitlines()[-1]), load_side(path)
+    assert tried["command line"][0] == [True, False, False] and tried["main(args)"][0] == [True, True, False]
+    (_, one), (_, two) = tried.values()
+    assert one.images.tobytes() == two.images.tobytes() and one.states.tobytes() == two.states.tobytes()
 
 
 def test_mindone_native_numpy_generator_unchanged_when_patched(ms):

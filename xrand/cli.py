@@ -24,6 +24,16 @@ def default_model() -> str:
     return DIGITS
 
 
+def only_mindspore_here(args) -> None:
+    """A command line of this process's own that runs MindSpore's side alone imports transformers
+    without torch (:func:`xrand.frameworks.mindspore.import_transformers_without_torch`); a call
+    of ``main`` with its arguments (a notebook, a test) may run torch's side after, so it does not."""
+    if args.own_process:
+        from .frameworks.mindspore import import_transformers_without_torch
+
+        import_transformers_without_torch()
+
+
 def import_frameworks(names: List[str]) -> None:
     """Import the frameworks' libraries; a Ctrl-C meanwhile stops the command once they are in
     (a MindSpore import cut short aborts the interpreter at exit)."""
@@ -144,6 +154,8 @@ def _compare_in_stages(args, out_dir: str) -> int:
     from .report.compare import write_report
 
     frameworks = _frameworks_here(args.only)
+    if frameworks == ["mindspore"]:
+        only_mindspore_here(args)
     for name, device in _devices(args.device).items():
         if name not in frameworks:  # checked by the machine that runs that framework's stages
             raise UsageError(f"--device {name}={device}: {name}'s stages do not run here "
@@ -291,6 +303,8 @@ def cmd_run(args) -> int:
     if (args.scheduler or "").lower() == "all":
         raise UsageError("--scheduler all needs both frameworks: use it with 'xrand compare'")
     check_out_file(args.out)
+    if args.backend == "mindspore":
+        only_mindspore_here(args)
     plan = _plan(args, frameworks=(args.backend,))
     import_frameworks([args.backend])
     side = run_side(plan, args.backend, quiet=args.quiet)
@@ -500,8 +514,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser()
+    own_process = argv is None  # this process's own command line: the process ends with the command
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
+    args.own_process = own_process
     args.given = {a.split("=", 1)[0] for a in argv if a.startswith("--")}  # the options given, by name
     if args.command is None:
         parser.print_help()

@@ -604,6 +604,10 @@ def _in_own_process(work: Callable[..., Any], args: Tuple[Any, ...], what: str, 
 
 
 def _child(work: Callable[..., Any], args: Tuple[Any, ...], send: Any, libraries: Sequence[str]) -> None:
+    if "diffusers" not in libraries:  # this process runs MindSpore's side only
+        from ..frameworks.mindspore import import_transformers_without_torch
+
+        import_transformers_without_torch()
     try:
         with patched(libraries):
             result = work(*args)
