@@ -114,6 +114,8 @@ def import_transformers_without_torch() -> None:
     os.environ["USE_TORCH"] = "0"  # read once, when transformers is imported
     try:
         importlib.import_module("transformers")
+    except ImportError:  # said in the usual words where mindone imports it
+        pass
     finally:
         del os.environ["USE_TORCH"]
 
