@@ -44,6 +44,7 @@ import numpy as np
 from ..cache import cache_dir, key_of, source_digest
 from ..checks import check_choice
 from .base import Framework
+from .quiet import silenced
 from .threads import choose as choose_threads, measure as measure_load
 
 MINDSPORE_MODES: Tuple[str, ...] = ("pynative", "graph")
@@ -113,7 +114,8 @@ def import_transformers_without_torch() -> None:
         return
     os.environ["USE_TORCH"] = "0"  # read once, when transformers is imported
     try:
-        importlib.import_module("transformers")
+        with silenced():  # as the library's own import; transformers says it found no torch
+            importlib.import_module("transformers")
     except ImportError:  # said in the usual words where mindone imports it
         pass
     finally:
