@@ -17,7 +17,7 @@ import xrand
 torch = pytest.importorskip("torch")
 pytest.importorskip("diffusers")
 
-from conftest import make_tiny_model  # noqa: E402
+from conftest import make_tiny_model, run_python  # noqa: E402
 from xrand.compare import compare_frameworks, compare_sides, make_plan  # noqa: E402
 from xrand.compare.sidefile import load_side, save_side  # noqa: E402
 from xrand.compare.sides import run_side  # noqa: E402
@@ -104,11 +104,9 @@ def test_a_process_of_mindspores_side_alone_imports_transformers_without_torch(t
     code = ("import json, sys; from xrand.cli import main; {call}; "
             "print(json.dumps([name in sys.modules for name in ('transformers', 'torch', 'diffusers')]))")
     tried = {}
-    for name, call in (("command line", f"sys.argv = ['xrand', *{args!r}, '--out', sys.argv[1]]; main()"),
-                       ("main(args)", f"main([*{args!r}, '--out', sys.argv[1]])")):
+    for name, call in (("command line", "sys.argv = ['xrand', *{args!r}]; main()"), ("main(args)", "main({args!r})")):
         path = str(tmp_path / f"{len(tried)}.safetensors")
-        done = subprocess.run([sys.executable, "-c", code.format(call=call), path], capture_output=True, text=True,
-                              timeout=600)
+        done = run_python(code.format(call=call.format(args=[*args, "--out", path])))
         assert done.returncode == 0, done.stderr[-2000:]
         assert "None of PyTorch" not in done.stderr  # transformers' word that it found no torch, kept quiet
         tried[name] = json.loads(done.stdout.strip().splitlines()[-1]), load_side(path)

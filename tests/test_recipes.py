@@ -14,7 +14,7 @@ import xrand
 torch = pytest.importorskip("torch")
 pytest.importorskip("diffusers")
 
-from conftest import make_tiny_model  # noqa: E402
+from conftest import make_tiny_model, run_python  # noqa: E402
 from xrand.compare import compare_loaded, compare_sides, load_pair, make_plan  # noqa: E402
 from xrand.compare.sides import Everything, load, run  # noqa: E402
 from xrand.pipelines import schedulers  # noqa: E402
@@ -143,14 +143,14 @@ def test_lockstep_for_any_scheduler(tiny_pair, tiny_model, name, options, draws)
 
 
 _KDPM2A_TIMESTEPS = """
-import os, sys, json
+import os, json
 os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # one core: MindSpore's kernels on one thread
 from xrand.mindspore_cpu import tune_cpu_runtime
 tune_cpu_runtime()
 from xrand.patch import patched
 with patched(["mindone.diffusers"]):
     from mindone.diffusers import KDPM2AncestralDiscreteScheduler
-    scheduler = KDPM2AncestralDiscreteScheduler.from_config(json.loads(sys.argv[1]))
+    scheduler = KDPM2AncestralDiscreteScheduler.from_config(json.loads(os.environ["KDPM2A_CONFIG"]))
     scheduler.set_timesteps(4)
     print(json.dumps(scheduler.timesteps.asnumpy().astype(float).tolist()))
 """
@@ -161,9 +161,6 @@ def test_kdpm2_ancestral_timesteps_are_the_same_schedule_with_mindspore_on_one_t
     count): its interpolated sigmas round otherwise (sqrt of a cancellation), its last
     interpolated timestep is 0.00117 where diffusers' is 0 on this machine: the same schedule
     (result.same_timesteps). A whole timestep apart is another schedule."""
-    import subprocess
-    import sys
-
     import diffusers
 
     from xrand.compare.result import same_timesteps
@@ -172,8 +169,7 @@ def test_kdpm2_ancestral_timesteps_are_the_same_schedule_with_mindspore_on_one_t
     torch_side = diffusers.KDPM2AncestralDiscreteScheduler.from_config(config)
     torch_side.set_timesteps(4)
     expected = torch_side.timesteps.numpy().astype(float).tolist()
-    done = subprocess.run([sys.executable, "-c", _KDPM2A_TIMESTEPS, json.dumps(config)], capture_output=True,
-                          text=True, timeout=300)
+    done = run_python(_KDPM2A_TIMESTEPS, env={"KDPM2A_CONFIG": json.dumps(config)})
     assert done.returncode == 0, done.stderr
     one_thread = json.loads(done.stdout.strip().splitlines()[-1])
     assert same_timesteps(expected, one_thread), (expected, one_thread)
