@@ -195,10 +195,19 @@ def versions() -> Dict[str, str]:
     return {name: version(name).split("+")[0] for name, _ in LIBRARIES}
 
 
+def cpu_kernels() -> str:
+    """The widest vector instructions torch's CPU kernels use on this machine (``AVX512``, ``AVX2``):
+    torch's float32 results, and so every ratio to its floor, move with them."""
+    import torch
+
+    return torch.backends.cpu.get_cpu_capability()
+
+
 @block("versions")
 def versions_text(models: Models) -> str:
     installed = versions()
-    return prose("with " + ", ".join(f"{said} {installed[name]}" for name, said in LIBRARIES) + ".", "  ")
+    return prose("with " + ", ".join(f"{said} {installed[name]}" for name, said in LIBRARIES)
+                 + f", on a CPU where torch's kernels use {cpu_kernels()}.", "  ")
 
 
 # -- precision: the dtype table ---------------------------------------------------------------

@@ -51,7 +51,8 @@ print(json.dumps({"default-compare": numbers.GENERATORS["default-compare"](model
 def test_the_cheap_blocks_are_what_the_code_gives(script, tmp_path):
     """The default compare's sentence (digits, 50 steps, batch 4, the noise floor) and the precision
     table's digits float32 row (10 steps, batch 2), where the libraries are the versions README's
-    numbers were measured with (the last bits move with them: CI's newest set skips)."""
+    numbers were measured with and torch's CPU kernels the same width (the last bits move with
+    both: CI's newest set skips, and so does a CPU without AVX-512 for README's AVX512 numbers)."""
     pytest.importorskip("torch")
     pytest.importorskip("mindone.diffusers")
     pytest.importorskip("diffusers")
