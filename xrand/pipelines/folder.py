@@ -79,14 +79,19 @@ class ModelFolder:
         """The size of the weight files."""
         return sum(os.path.getsize(path) for path in self.weights)
 
+    def named_weights(self) -> List[Tuple[str, str]]:
+        """``(name, path)`` of each weight file a load reads: its path in the folder, or "single file"
+        (a single file is known by its content, wherever it lies and whatever its name)."""
+        return [("single file" if self.single_file else os.path.relpath(path, self.path), path)
+                for path in self.weights]
+
     def fingerprint(self) -> str:
-        """sha256 over the safetensors weights a load reads (sides from two machines are matched by
-        it); a single file's by its content alone, wherever it lies and whatever its name."""
+        """sha256 over the names and contents of the weights a load reads (:meth:`named_weights`):
+        sides from two machines are matched by it."""
         if not self.weights:
             return f"folder:{self.digest}"
         digest = hashlib.sha256()
-        for path in self.weights:
-            name = "single file" if self.single_file else os.path.relpath(path, self.path)
+        for name, path in self.named_weights():
             digest.update(name.encode() + b"\0")
             digest.update(file_sha256(path).encode() + b"\0")
         return "sha256:" + digest.hexdigest()
@@ -96,8 +101,7 @@ def component_digests(folder: ModelFolder) -> Dict[str, str]:
     """Component -> sha256 over its weight files (names and contents): two machines' copies of a
     model folder are matched component by component."""
     digests: Dict[str, Any] = {}
-    for path in folder.weights:
-        relative = "single file" if folder.single_file else os.path.relpath(path, folder.path)
+    for relative, path in folder.named_weights():
         digest = digests.setdefault(relative.split(os.sep)[0], hashlib.sha256())
         digest.update(relative.encode() + b"\0" + file_sha256(path).encode() + b"\0")
     return {name: digest.hexdigest() for name, digest in sorted(digests.items())}
