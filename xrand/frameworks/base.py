@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import importlib.util
 import inspect
 from typing import Any, Callable, Dict, Iterable, Iterator, Mapping, Optional, Tuple
 
@@ -54,8 +55,19 @@ class Framework:
             with silenced():
                 return importlib.import_module(self.library)
         except ImportError as exc:
-            raise UsageError(f"{self.library} cannot be imported here ({exc}); the {self.name} side needs "
-                             f"pip install 'xrand[{self.extras}]'") from None
+            raise self._not_here(exc) from None
+
+    def check_installed(self) -> None:
+        """:meth:`import_library`'s usage error where the library's package is not installed, without
+        importing it: for a process that only hands the work to others (a sweep's, whose workers
+        import it; an install that is there but broken is named by the first worker's import)."""
+        package = self.library.split(".")[0]
+        if importlib.util.find_spec(package) is None:
+            raise self._not_here(f"No module named '{package}'")
+
+    def _not_here(self, why: Any) -> UsageError:
+        return UsageError(f"{self.library} cannot be imported here ({why}); the {self.name} side needs "
+                          f"pip install 'xrand[{self.extras}]'")
 
     def dtype(self, name: str) -> Any:
         return backend(self.name).dtype(name)

@@ -35,7 +35,7 @@ def run_sweep(config: SweepConfig, seeds: Iterable[int], schedulers: Iterable[st
         if ray_address:
             connect_check(ray_address)
     for name in config.plan.frameworks:  # a library that is missing: one line, before any worker starts
-        framework(name).import_library()
+        framework(name).check_installed()
     folder = ResultsFolder(out)
     identity = config.identity()
     folder.check(identity)
