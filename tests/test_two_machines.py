@@ -75,28 +75,39 @@ CASES = {  # model (None: the embedded digits model), the compare's settings
 
 @pytest.fixture(scope="module")
 def splits(models, torch_only_python, mindspore_only_python, tmp_path_factory):
-    """``splits(case)``: the comparison of CASES[case] made once per module in this process, and
-    split: torch's stages in the torch-only environment, the folder copied, MindSpore's stages in
-    the MindSpore-only one with the model at another path. ``(one-process folder, torch's command,
-    MindSpore's command, the split folder)``."""
+    """``splits(case)``: the comparison of CASES[case] made in this process, and split: torch's
+    stages in the torch-only environment, the folder copied, MindSpore's stages in the MindSpore-only
+    one with the model at another path. Every case at the first call, the torch sides one after
+    another in one interpreter and the MindSpore sides in another (cli_each: one import of each
+    framework, not one per case). ``(one-process folder, torch's command, MindSpore's command, the
+    split folder)``."""
     done = {}
 
     def split(case):
-        if case not in done:
-            model, settings = CASES[case]
-            model_args = [] if model is None else ["--model", models[model]]
-            root = tmp_path_factory.mktemp(f"split-{case}")
-            one, two = str(root / "one"), str(root / "two")
-            assert main(["compare", *model_args, *settings, "--batch-size", "1", "--quiet", "--out", one]) == 0
-            torch_side = cli(torch_only_python, "compare", *model_args, *settings, "--batch-size", "1", "--only",
-                             "torch", "--out", two)
-            assert torch_side.returncode == 0, torch_side.stderr
-            assert not os.path.exists(os.path.join(two, "report.json"))  # no MindSpore side yet
-            # the folder travels; MindSpore's machine holds the model elsewhere and takes every setting from it
-            there = shutil.copytree(two, root / "copied")
-            moved = [] if model is None else ["--model", shutil.copytree(models[model], root / "model-there")]
-            ms_side = cli(mindspore_only_python, "compare", "--only", "mindspore", "--out", str(there), *moved)
-            done[case] = one, torch_side, ms_side, str(there)
+        if not done:
+            root = tmp_path_factory.mktemp("splits")
+            ones, torch_commands, model_args = {}, [], {}
+            for name, (model, settings) in CASES.items():
+                model_args[name] = [] if model is None else ["--model", models[model]]
+                ones[name] = str(root / name / "one")
+                assert main(["compare", *model_args[name], *settings, "--batch-size", "1", "--quiet",
+                             "--out", ones[name]]) == 0
+                torch_commands.append(["compare", *model_args[name], *settings, "--batch-size", "1", "--only",
+                                       "torch", "--out", str(root / name / "two")])
+            torch_sides = dict(zip(CASES, cli_each(torch_only_python, root, *torch_commands)))
+            theres, ms_commands = {}, []
+            for name, (model, _) in CASES.items():
+                assert torch_sides[name].returncode == 0, torch_sides[name].stderr
+                two = root / name / "two"
+                assert not os.path.exists(two / "report.json")  # no MindSpore side yet
+                # the folder travels; MindSpore's machine holds the model elsewhere and takes every setting from it
+                theres[name] = str(shutil.copytree(two, root / name / "copied"))
+                moved = [] if model is None else ["--model", str(shutil.copytree(models[model],
+                                                                                 root / name / "model-there"))]
+                ms_commands.append(["compare", "--only", "mindspore", "--out", theres[name], *moved])
+            ms_sides = cli_each(mindspore_only_python, root, *ms_commands)
+            for name, ms_side in zip(CASES, ms_sides):
+                done[name] = ones[name], torch_sides[name], ms_side, theres[name]
         return done[case]
 
     return split
