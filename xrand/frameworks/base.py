@@ -12,13 +12,12 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
-import importlib.util
 import inspect
 from typing import Any, Callable, Dict, Iterable, Iterator, Mapping, Optional, Tuple
 
 import numpy as np
 
-from ..checks import UsageError
+from ..checks import UsageError, module_installed
 from ..registry import backend
 from .quiet import silenced
 from .threads import Load
@@ -62,7 +61,7 @@ class Framework:
         importing it: for a process that only hands the work to others (a sweep's, whose workers
         import it; an install that is there but broken is named by the first worker's import)."""
         package = self.library.split(".")[0]
-        if importlib.util.find_spec(package) is None:
+        if not module_installed(package):
             raise self._not_here(f"No module named '{package}'")
 
     def _not_here(self, why: Any) -> UsageError:
