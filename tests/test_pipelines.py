@@ -102,7 +102,8 @@ def test_a_process_of_mindspores_side_alone_imports_transformers_without_torch(t
     assert _in_own_process(eval, (imported,), "a test", ["mindone.diffusers"]) == [True, False, False]
     args = ["run", "--backend", "mindspore", "--model", tiny_model, "--steps", "1", "--batch-size", "1", "--quiet"]
     code = ("import json, sys; from xrand.cli import main; {call}; "
-            "print(json.dumps([name in sys.modules for name in ('transformers', 'torch', 'diffusers')]))")
+            "print(json.dumps([name in sys.modules for name in ('transformers', 'torch', 'diffusers')] + "
+            "[sum(name.startswith('mindone.transformers.models.') for name in sys.modules)]))")
     tried = {}
     for name, call in (("command line", "sys.argv = ['xrand', *{args!r}]; main()"), ("main(args)", "main({args!r})")):
         path = str(tmp_path / f"{len(tried)}.safetensors")
@@ -110,9 +111,52 @@ def test_a_process_of_mindspores_side_alone_imports_transformers_without_torch(t
         assert done.returncode == 0, done.stderr[-2000:]
         assert "None of PyTorch" not in done.stderr  # transformers' word that it found no torch, kept quiet
         tried[name] = json.loads(done.stdout.strip().splitlines()[-1]), load_side(path)
-    assert tried["command line"][0] == [True, False, False] and tried["main(args)"][0] == [True, True, False]
+    imported = {name: (modules, models) for name, ((*modules, models), _) in tried.items()}
+    assert imported["command line"][0] == [True, False, False] and imported["main(args)"][0] == [True, True, False]
+    # of the 700 and more modules of mindone.transformers' models, those of the pipeline's CLIP and a few
+    assert all(0 < models < 40 for _, models in imported.values()), imported
     (_, one), (_, two) = tried.values()
     assert one.images.tobytes() == two.images.tobytes() and one.states.tobytes() == two.states.tobytes()
+
+
+def test_a_package_imports_a_models_module_when_a_name_from_it_is_first_used(tmp_path, monkeypatch):
+    """import_models_when_used on a package shaped as mindone.transformers and its models package:
+    their ``__init__`` runs but for the relative imports, each name of which gives what the import
+    would on first use; an ``if`` picks as it would; a failed ``__init__`` leaves no module behind."""
+    from xrand.frameworks.mindspore import import_models_when_used
+
+    package = tmp_path / "eager"
+    (package / "models" / "clip").mkdir(parents=True)
+    (package / "__init__.py").write_text(
+        "import json\nVERSION = 2\nfrom .models.clip import CLIPTextModel, CLIPTextModel as Alias\n"
+        "from .utils import helper\nif VERSION >= 2:\n    from .models.clip import NEW\nelse:\n"
+        "    from .models.clip import OLD\n")
+    (package / "utils.py").write_text("def helper():\n    return 'helped'\n")
+    (package / "models" / "__init__.py").write_text("from . import clip, t5\n")
+    (package / "models" / "clip" / "__init__.py").write_text("class CLIPTextModel:\n    pass\nNEW = 'new'\n")
+    (package / "models" / "t5.py").write_text("raise RuntimeError('t5 is imported')\n")
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "__init__.py").write_text("import a_module_that_is_not_there\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("eager", "eager.models", "eager.models.clip", "eager.utils", "broken"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+
+    import_models_when_used(("eager", "eager.models"))
+    import eager
+
+    assert eager.VERSION == 2 and "json" in dir(eager)  # the rest of its __init__ ran
+    assert {"eager.models.clip", "eager.utils"}.isdisjoint(sys.modules) and "t5" in dir(eager.models)
+    from eager import CLIPTextModel, helper
+
+    assert CLIPTextModel is eager.Alias is sys.modules["eager.models.clip"].CLIPTextModel is eager.models.clip.CLIPTextModel
+    assert helper() == "helped" and eager.NEW == "new" and not hasattr(eager, "OLD") and "OLD" not in dir(eager)
+    with pytest.raises(AttributeError, match="module 'eager' has no attribute 'nothing'"):
+        eager.nothing
+    with pytest.raises(RuntimeError, match="t5 is imported"):
+        eager.models.t5
+    with pytest.raises(ModuleNotFoundError, match="a_module_that_is_not_there"):
+        import_models_when_used(("broken",))
+    assert "broken" not in sys.modules
 
 
 def test_mindone_native_numpy_generator_unchanged_when_patched(ms):

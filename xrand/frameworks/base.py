@@ -52,9 +52,13 @@ class Framework:
         """The diffusion library; a usage error saying what to install where it cannot be imported."""
         try:
             with silenced():
+                self.before_import()
                 return importlib.import_module(self.library)
         except ImportError as exc:
             raise self._not_here(exc) from None
+
+    def before_import(self) -> None:
+        """What this framework does before its library is first imported."""
 
     def check_installed(self) -> None:
         """:meth:`import_library`'s usage error where the library's package is not installed, without

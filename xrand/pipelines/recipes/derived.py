@@ -29,8 +29,6 @@ installed; both ship it under one name) once, when a recipe first needs it:
 from __future__ import annotations
 
 import functools
-import importlib
-import importlib.util
 import inspect
 import re
 import types
@@ -38,7 +36,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-from ...checks import UsageError
+from ...checks import UsageError, module_installed
 from .. import schedulers
 from ..inputs import INPUTS
 from .base import Recipe
@@ -68,13 +66,14 @@ class Derivation:
 
 def pipeline_class(name: str) -> type:
     """The pipeline class ``name`` from diffusers, or from mindone.diffusers where diffusers is absent."""
+    from ...frameworks import framework
     from ...frameworks.quiet import silenced
 
-    for library in ("diffusers", "mindone.diffusers"):
-        if importlib.util.find_spec(library.partition(".")[0]) is None:
+    for fw in map(framework, ("torch", "mindspore")):
+        if not module_installed(fw.library.partition(".")[0]):
             continue
         with silenced():  # the lazy attribute imports the pipeline's modules (chatty)
-            cls = getattr(importlib.import_module(library), name, None)
+            cls = getattr(fw.import_library(), name, None)
         if cls is not None:
             return cls
     raise UsageError(f"neither diffusers nor mindone.diffusers here ships {name}; a derived recipe reads its "
