@@ -60,13 +60,16 @@ class Framework:
     def before_import(self) -> None:
         """What this framework does before its library is first imported."""
 
+    def installed(self) -> bool:
+        """Whether the library's package is installed here, without importing it."""
+        return module_installed(self.library.split(".")[0])
+
     def check_installed(self) -> None:
         """:meth:`import_library`'s usage error where the library's package is not installed, without
         importing it: for a process that only hands the work to others (a sweep's, whose workers
         import it; an install that is there but broken is named by the first worker's import)."""
-        package = self.library.split(".")[0]
-        if not module_installed(package):
-            raise self._not_here(f"No module named '{package}'")
+        if not self.installed():
+            raise self._not_here(f"No module named '{self.library.split('.')[0]}'")
 
     def _not_here(self, why: Any) -> UsageError:
         return UsageError(f"{self.library} cannot be imported here ({why}); the {self.name} side needs "

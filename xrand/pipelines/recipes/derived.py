@@ -36,7 +36,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-from ...checks import UsageError, module_installed
+from ...checks import UsageError
 from .. import schedulers
 from ..inputs import INPUTS
 from .base import Recipe
@@ -70,7 +70,7 @@ def pipeline_class(name: str) -> type:
     from ...frameworks.quiet import silenced
 
     for fw in map(framework, ("torch", "mindspore")):
-        if not module_installed(fw.library.partition(".")[0]):
+        if not fw.installed():
             continue
         with silenced():  # the lazy attribute imports the pipeline's modules (chatty)
             cls = getattr(fw.import_library(), name, None)
