@@ -159,6 +159,13 @@ def _clean_backend_choice(monkeypatch):
     xrand.registry._instances.update(instances)
 
 
+#: For a compare in the test's own process that is not about graph mode: MindSpore PyNative, which gives
+#: graph mode's bits on a CPU (test_sdxl_in_graph_mode_gives_pynatives_bits). A pytest worker's graph-mode
+#: runs after its first compile anew and keep nothing (MindSpore reads one compile-cache folder per
+#: process: xrand.frameworks.mindspore.compile_cache), 10 to 35 s each on 2 cores.
+PYNATIVE = ["--mindspore-mode", "pynative"]
+
+
 def ctrl_c_reaches_it():
     """For Popen's preexec_fn, in a child that a test sends SIGINT: SIGINT's default action, as in
     a terminal's foreground (a job started in the background of a shell, as a CI runner may start

@@ -14,7 +14,7 @@ from xrand.cli import main
 pytest.importorskip("torch")
 pytest.importorskip("diffusers")
 
-from conftest import make_tiny_model, xrand_each, xrand_here  # noqa: E402
+from conftest import PYNATIVE, make_tiny_model, xrand_each, xrand_here  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +54,7 @@ def test_run_then_compare_two_files(tiny_model, mindone, tmp_path, monkeypatch, 
 def test_failing_tolerance_exits_1(mindone, tmp_path):
     # The embedded digits model: after one step the frameworks differ by a few float32 ulps, so a
     # tolerance of 0 must fail (the tiny test model can come out bit-identical after one step).
-    code = main(["compare", "--steps", "1", "--batch-size", "1", "--tolerance", "0",
+    code = main(["compare", "--steps", "1", "--batch-size", "1", "--tolerance", "0", *PYNATIVE,
                  "--quiet", "--out", str(tmp_path / "o")])
     report = json.load(open(tmp_path / "o" / "report.json"))
     assert report["final"]["rel_l2"] > 0
@@ -212,7 +212,7 @@ def test_report_json_keeps_the_command_that_reproduces_it_from_any_folder(tiny_m
     other.mkdir()
     shutil.copytree(tiny_model, first / "model")
     done = xrand_here(["compare", "--model", "model", "--steps", "1", "--batch-size", "1", "--seed", "3", "--eta",
-                       "0.5", "--no-noise-floor", "--quiet", "--out", "o"], first, monkeypatch, capfd)
+                       "0.5", "--no-noise-floor", *PYNATIVE, "--quiet", "--out", "o"], first, monkeypatch, capfd)
     assert done.returncode == 0, done.stderr
     report = json.load(open(first / "o" / "report.json"))
     command = shlex.split(report["reproduce"])

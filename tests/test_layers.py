@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("diffusers")
 
-from conftest import make_tiny_model  # noqa: E402
+from conftest import PYNATIVE, make_tiny_model  # noqa: E402
 from xrand.checks import UsageError  # noqa: E402
 from xrand.cli import main  # noqa: E402
 from xrand.compare import compare_loaded, load_pair, make_plan  # noqa: E402
@@ -281,7 +281,7 @@ def test_compare_with_layers_and_noise_floor_writes_report_and_picture(pair, tin
     from xrand.report.compare import write_report
 
     settings = Settings(model=tiny_model, steps=2, seed=1, batch_size=1)
-    c = compare_loaded(pair, settings, layers=LayerOptions(step=1), noise_floor=True)
+    c = compare_loaded(pair, settings, layers=LayerOptions(step=1), noise_floor=True, mindspore_mode="pynative")
     paths = write_report(c, str(tmp_path / "out"))
     report = json.load(open(paths["report.json"]))
     layers = report["layers"]
@@ -300,7 +300,7 @@ def test_large_timestep_names_mindspores_timestep_embedding(mindone, tmp_path, c
     (mint.exp, float32) is off by up to 4e-6 relative where torch's is 3e-7, so mindone's
     sinusoidal embedding differs from torch's by 7.7e-5, about 25x torch's own float32 error
     there (measured against float64). xrand names it."""
-    code = main(["compare", "--steps", "2", "--batch-size", "1", "--layers", "--no-noise-floor",
+    code = main(["compare", "--steps", "2", "--batch-size", "1", "--layers", "--no-noise-floor", *PYNATIVE,
                  "--out", str(tmp_path / "o")])
     out = capsys.readouterr().out
     assert code == 0

@@ -7,6 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from conftest import PYNATIVE
 from xrand.checks import UsageError
 from xrand.cli import default_model, main
 from xrand.compare.plan import make_plan
@@ -68,7 +69,7 @@ def test_each_side_draws_its_librarys_own_noise_from_the_seed(digits_pair):
 
 def test_compare_and_sweep_take_noise_native(mindone, tmp_path, capsys):
     out = tmp_path / "compare"
-    assert main(["compare", "--noise", "native", "--steps", "2", "--batch-size", "1", "--seed", str(SEED),
+    assert main(["compare", "--noise", "native", "--steps", "2", "--batch-size", "1", "--seed", str(SEED), *PYNATIVE,
                  "--out", str(out)]) == 1  # the libraries' own noises differ: FAIL, no floor
     report = json.loads((out / "report.json").read_text())
     assert report["settings"]["noise"] == "native"

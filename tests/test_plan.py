@@ -14,7 +14,7 @@ from xrand.pipelines.settings import Settings
 torch = pytest.importorskip("torch")
 pytest.importorskip("diffusers")
 
-from conftest import make_tiny_model  # noqa: E402
+from conftest import PYNATIVE, make_tiny_model  # noqa: E402
 
 XRAND = os.path.dirname(os.path.abspath(xrand.__file__))
 
@@ -60,7 +60,7 @@ def test_one_compare_reads_model_index_once_and_builds_a_scheduler_per_run(tiny_
     counting(TorchConfigMixin, TorchSchedulerMixin, "torch")
     counting(MsConfigMixin, MsSchedulerMixin, "mindspore")
     code = main(["compare", "--model", tiny_model, "--steps", "2", "--batch-size", "1", "--scheduler", "euler-a",
-                 "--quiet", "--out", str(tmp_path / "o")])
+                 *PYNATIVE, "--quiet", "--out", str(tmp_path / "o")])
     assert code == 0
     assert reads == [os.path.join(tiny_model, "model_index.json")]
     assert sorted(built) == [("mindspore", "EulerAncestralDiscreteScheduler"),  # its side

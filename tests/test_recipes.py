@@ -74,7 +74,7 @@ def test_folder_declaring_euler_ancestral_runs_euler_ancestral_not_ddim(euler_a_
     from xrand.compare import compare_frameworks
     from xrand.report.compare import write_report
 
-    c = compare_frameworks(tiny(euler_a_folder, steps=3))
+    c = compare_frameworks(tiny(euler_a_folder, steps=3), mindspore_mode="pynative")
     for side in ("a", "b"):
         assert c.ran[side]["scheduler"] == "EulerAncestralDiscreteScheduler"
         assert c.ran[side]["pipeline"] == "denoising_loop"  # DDIMPipeline would turn it into DDIM

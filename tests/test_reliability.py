@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("diffusers")
 
-from conftest import ctrl_c_reaches_it, make_tiny_model, xrand_here  # noqa: E402
+from conftest import PYNATIVE, ctrl_c_reaches_it, make_tiny_model, xrand_here  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -235,7 +235,8 @@ def test_a_compare_killed_during_the_floor_keeps_both_sides_and_the_rerun_runs_o
     from xrand.cli import main
 
     out = str(tmp_path / "o")
-    command = ["compare", "--model", tiny_model, "--steps", "2", "--batch-size", "1", "--quiet", "--out", out]
+    command = ["compare", "--model", tiny_model, "--steps", "2", "--batch-size", "1", *PYNATIVE, "--quiet",
+               "--out", out]
 
     def killed(*args, **kwargs):
         raise MemoryError("killed during the floor")
@@ -332,10 +333,10 @@ def test_a_folder_of_another_comparison_is_refused_before_any_model_loads(tiny_m
     """Both commands through ``main`` here (conftest.xrand_here)."""
     out = str(tmp_path / "o")
     first = xrand_here(["compare", "--model", tiny_model, "--steps", "1", "--batch-size", "1", "--no-noise-floor",
-                        "--quiet", "--out", out], tmp_path, monkeypatch, capfd)
+                        *PYNATIVE, "--quiet", "--out", out], tmp_path, monkeypatch, capfd)
     assert first.returncode == 0, first.stderr
-    again = xrand_here(["compare", "--model", tiny_model, "--steps", "2", "--batch-size", "1", "--quiet", "--out", out],
-                       tmp_path, monkeypatch, capfd)
+    again = xrand_here(["compare", "--model", tiny_model, "--steps", "2", "--batch-size", "1", *PYNATIVE, "--quiet",
+                        "--out", out], tmp_path, monkeypatch, capfd)
     one_line_error(again, f"--out {out!r} holds a comparison of other settings (differing: settings.steps 1 vs 2)")
 
 

@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("diffusers")
 
-from conftest import make_tiny_model, xrand_each  # noqa: E402
+from conftest import PYNATIVE, make_tiny_model, xrand_each  # noqa: E402
 
 import xrand  # noqa: E402
 from xrand.cli import main  # noqa: E402
@@ -66,9 +66,11 @@ def models(tmp_path_factory):
     return {"sd": str(build_tiny("sd", root / "sd")), "flux": str(build_tiny("flux", root / "flux"))}
 
 
+# PyNative (conftest.PYNATIVE): a split in graph mode is
+# test_the_input_image_and_a_lora_may_live_at_other_paths_on_mindspores_machine's
 CASES = {  # model (None: the embedded digits model), the compare's settings
-    "digits": (None, ["--steps", "3", "--lockstep", "--layers", "--layers-step", "1"]),
-    "sd": ("sd", ["--steps", "2", *PROMPT, "--lockstep", "--layers"]),
+    "digits": (None, ["--steps", "3", "--lockstep", "--layers", "--layers-step", "1", *PYNATIVE]),
+    "sd": ("sd", ["--steps", "2", *PROMPT, "--lockstep", "--layers", *PYNATIVE]),
     "flux": ("flux", ["--steps", "2", *PROMPT, *TINY_TEXT, "--lockstep", "--layers"]),
 }
 
@@ -220,7 +222,7 @@ def test_a_model_folder_of_other_weights_is_refused_naming_the_component(torch_d
 
 def test_layers_scope_records_only_the_modules_under_it_with_the_full_runs_numbers(tmp_path, mindone):
     full, scoped = str(tmp_path / "full"), str(tmp_path / "scoped")
-    args = ["compare", "--steps", "2", "--batch-size", "1", "--layers", "--no-noise-floor", "--quiet"]
+    args = ["compare", "--steps", "2", "--batch-size", "1", "--layers", "--no-noise-floor", *PYNATIVE, "--quiet"]
     assert main([*args, "--out", full]) == 0
     assert main([*args, "--layers-scope", "down_blocks.1", "--out", scoped]) == 0
     a, b = report(full)["layers"], report(scoped)["layers"]
