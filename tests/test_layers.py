@@ -318,7 +318,7 @@ def test_layers_step_counts_the_schedulers_steps(pair, tiny_model):
     """Heun calls the denoiser twice per step but the last: 2 steps are 3 scheduler steps, and step 2
     is the third call, fed torch's sample there."""
     settings = Settings(model=tiny_model, steps=2, seed=1, batch_size=1, scheduler="heun")
-    c = compare_loaded(pair, settings, layers=LayerOptions(step=2, threshold=1e-4))
+    c = compare_loaded(pair, settings, layers=LayerOptions(step=2, threshold=1e-4), mindspore_mode="pynative")
     assert len(c.timesteps) == 3 and c.layers.step == 2
     assert c.layers.timestep == pytest.approx(c.timesteps[2])
     assert c.layers.culprit is None, c.layers.summary()
@@ -354,7 +354,7 @@ def sd_torch_side(sd_pair, sd_settings):
 @pytest.fixture(scope="module")
 def sd_clean(sd_pair, sd_settings, tmp_path_factory):
     dump = str(tmp_path_factory.mktemp("sd-dump"))
-    return compare_loaded(sd_pair, sd_settings, noise_floor=True,
+    return compare_loaded(sd_pair, sd_settings, noise_floor=True, mindspore_mode="pynative",
                           layers=LayerOptions(step=1, dump=["conv_in"], dump_dir=dump)), dump
 
 

@@ -333,7 +333,7 @@ SIDE = dict(steps=2, seed=5, batch_size=1, eta=0.0)
 
 
 def side(model, framework, **changes):
-    plan = make_plan(Settings(model=model, **dict(SIDE, **changes)), frameworks=(framework,))
+    plan = make_plan(Settings(model=model, **dict(SIDE, **changes)), frameworks=(framework,), mindspore_mode="pynative")
     return run_side(plan, framework, quiet=True)
 
 

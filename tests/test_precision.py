@@ -31,6 +31,7 @@ def test_half_precision_compare_on_digits_with_its_floor(mindone, dtype):
     # a half-precision floor is far above float32's (a few 1e-7) and the sides stay near it
     assert 1e-4 < floor < 5e-2 and c.final["rel_l2"] < 5 * floor
     assert c.ran["a"]["dtype"] == c.ran["b"]["dtype"] == dtype
+    assert c.environments["b"]["mindspore_mode"] == ("pynative" if dtype == "bfloat16" else "graph")  # the defaults
     stand_ins = c.ran["b"]["half_precision_stand_ins"]
     if dtype == "bfloat16":  # DDIMPipeline's .numpy() refuses bfloat16: the generic loop runs it
         assert c.ran["a"]["pipeline"] == c.ran["b"]["pipeline"] == "denoising_loop"
@@ -44,8 +45,9 @@ def test_half_precision_compare_on_digits_with_its_floor(mindone, dtype):
 def test_half_precision_compare_on_tiny_stable_diffusion_with_its_floor(mindone, tiny_sd, dtype):
     from xrand.compare import compare_frameworks
 
+    # float16 graph mode (the default) is test_half_precision_compare_on_digits_with_its_floor's
     c = compare_frameworks(Settings(model=tiny_sd, prompt="a red circle", steps=3, batch_size=1, dtype=dtype),
-                           noise_floor=True)
+                           noise_floor=True, mindspore_mode="pynative")
     floor = c.noise_floor["rel_l2"]
     assert c.passed and 1e-4 < floor < 5e-2 and c.final["rel_l2"] < 5 * floor, c.verdict()
     stand_ins = c.ran["b"]["half_precision_stand_ins"]
@@ -65,7 +67,8 @@ def test_layers_at_half_precision_judge_each_module_by_torchs_floor_at_that_dtyp
     from xrand.compare.layers import LAYER_FLOOR_MULTIPLE, LayerReport
     from xrand.compare.metrics import rel_l2
 
-    plan = make_plan(Settings(model=default_model(), steps=2, batch_size=1, dtype=dtype), layers=LayerOptions(step=0))
+    plan = make_plan(Settings(model=default_model(), steps=2, batch_size=1, dtype=dtype), layers=LayerOptions(step=0),
+                     mindspore_mode="pynative")
     pair = load_pair(plan)
     conv, inputs = pair.torch.pipe.unet.conv_in, []
     hook = conv.register_forward_pre_hook(lambda module, args: inputs.append(args[0]))

@@ -50,7 +50,8 @@ def tiny(model, **kw):
     return Settings(**dict(dict(model=model, steps=2, seed=1, batch_size=1), **kw))
 
 
-def plan(model, mode="graph", lockstep=False, **kw):
+def plan(model, mode="pynative", lockstep=False, **kw):
+    """PyNative unless a test is about graph mode (conftest.PYNATIVE says why)."""
     return make_plan(tiny(model, **kw), mindspore_mode=mode, lockstep=lockstep)
 
 
