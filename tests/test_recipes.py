@@ -109,7 +109,7 @@ def test_ddpm_pipeline_agrees_in_lockstep(mindone, tiny_model):
     """DDPMPipeline itself (its scheduler, DDPM, as the folder's config builds it): noise at every step."""
     from xrand.compare import compare_frameworks
 
-    c = compare_frameworks(plan(tiny_model, "pynative", lockstep=True, pipeline="DDPMPipeline", scheduler="ddpm"))
+    c = compare_frameworks(plan(tiny_model, lockstep=True, pipeline="DDPMPipeline", scheduler="ddpm"))
     assert c.ran["a"]["pipeline"] == c.ran["b"]["pipeline"] == "DDPMPipeline"
     assert c.ran["a"]["noise_draws"] == c.ran["b"]["noise_draws"] == 64  # one 8x8 draw per step but the last
     assert c.passed and all(r["sample"]["rel_l2"] < 1e-4 for r in c.local_steps), c.verdict()
