@@ -101,9 +101,11 @@ def test_a_process_of_mindspores_side_alone_imports_transformers_without_torch(t
                 "[name in __import__('sys').modules for name in ('transformers', 'torch', 'diffusers')]")
     assert _in_own_process(eval, (imported,), "a test", ["mindone.diffusers"]) == [True, False, False]
     args = ["run", "--backend", "mindspore", "--model", tiny_model, "--steps", "1", "--batch-size", "1", "--quiet"]
-    code = ("import json, sys; from xrand.cli import main; {call}; "
-            "print(json.dumps([name in sys.modules for name in ('transformers', 'torch', 'diffusers')] + "
-            "[sum(name.startswith('mindone.transformers.models.') for name in sys.modules)]))")
+    # printed by an exit handler: the command line's own process ends with its command
+    code = ("import atexit, json, sys; from xrand.cli import main; "
+            "atexit.register(lambda: print(json.dumps([name in sys.modules for name in ('transformers', 'torch', "
+            "'diffusers')] + [sum(name.startswith('mindone.transformers.models.') for name in sys.modules)]))); "
+            "{call}")
     tried = {}
     for name, call in (("command line", "sys.argv = ['xrand', *{args!r}]; main()"), ("main(args)", "main({args!r})")):
         path = str(tmp_path / f"{len(tried)}.safetensors")

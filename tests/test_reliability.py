@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("diffusers")
 
-from conftest import PYNATIVE, ctrl_c_reaches_it, make_tiny_model, xrand_here  # noqa: E402
+from conftest import PYNATIVE, ctrl_c_reaches_it, make_tiny_model, run_python, xrand_here  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -412,3 +412,18 @@ def test_a_sigterm_from_outside_still_ends_the_command_by_sigterm(tmp_path):
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == -signal.SIGTERM and stderr == ""
+
+
+def test_a_process_ended_by_end_process_has_its_status_its_exit_handlers_and_its_whole_output():
+    """What the command line, MindSpore's own process and a sweep's workers end with: the interpreter's
+    teardown left out, nothing else (the exit handlers run, buffered output written)."""
+    code = ("import atexit, sys\n"
+            "from xrand.frameworks.interrupts import end_process\n"
+            "atexit.register(lambda: print(' and the exit handler ran'))\n"
+            "sys.stdout.write('buffered output')\n"
+            "sys.stderr.write('an error line')\n"
+            "end_process(3)\n"
+            "print('not reached')\n")
+    done = run_python(code)
+    assert (done.returncode, done.stdout, done.stderr) == (3, "buffered output and the exit handler ran\n",
+                                                            "an error line")

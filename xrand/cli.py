@@ -513,6 +513,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    """The ``xrand`` command: its exit status; with no ``argv`` (this process's own command line,
+    ``xrand`` or ``python -m xrand``) the process ends with it (``end_process``)."""
+    code = _command(argv)
+    if argv is None:
+        from .frameworks.interrupts import end_process
+
+        end_process(code)
+    return code
+
+
+def _command(argv: Optional[List[str]]) -> int:
     parser = build_parser()
     own_process = argv is None  # this process's own command line: the process ends with the command
     argv = sys.argv[1:] if argv is None else list(argv)

@@ -42,6 +42,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from ..checks import UsageError, differing
 from ..files import json_safe, write_json
 from ..frameworks import framework
+from ..frameworks.interrupts import end_process
 from ..frameworks.threads import measure as measure_load
 from ..patch import patched
 from ..pipelines.components import model_components
@@ -610,11 +611,11 @@ def _child(work: Callable[..., Any], args: Tuple[Any, ...], send: Any, libraries
         import_transformers_without_torch()
     try:
         with patched(libraries):
-            result = work(*args)
+            outcome = ("done", work(*args))
     except Exception as exc:
-        send.send((type(exc).__name__, str(exc)))
-        return
-    send.send(("done", result))
+        outcome = (type(exc).__name__, str(exc))
+    send.send(outcome)
+    end_process(0)  # now, not after MindSpore's teardown, which the comparison would wait for
 
 
 def _stages_work(plan: Plan, asks: Asks, folder: str, names: Sequence[str], quiet: bool) -> None:

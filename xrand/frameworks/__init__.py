@@ -7,7 +7,7 @@ noise layer's), and the runtime both share.
 - ``mindspore.py``: MindSpore and mindone.diffusers, its modes and graph mode's compile cache;
   ``mindspore_graph.py``: graph-mode calls with PyNative's numbers;
 - ``environment.py`` (the fingerprint a report records), ``threads.py`` (a side's kernel threads),
-  ``interrupts.py`` (Ctrl-C after MindSpore's graph runtime), ``quiet.py`` (the libraries' chatter).
+  ``interrupts.py`` (Ctrl-C after MindSpore's graph runtime, a process's end), ``quiet.py`` (the libraries' chatter).
 
 No framework is imported here: each module imports its framework when first used.
 """

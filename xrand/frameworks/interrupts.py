@@ -1,4 +1,5 @@
-"""Ctrl-C raises KeyboardInterrupt even after MindSpore has run a graph, and not inside an import.
+"""Ctrl-C raises KeyboardInterrupt even after MindSpore has run a graph, and not inside an import;
+a process that ran the frameworks ends without their teardown.
 
 MindSpore 2.10's graph runtime puts its own SIGINT handler in place at every graph run and never
 gives Python's back (``GraphScheduler::Run`` calls ``RegisterGlobalSignalHandler(DefaultIntHandler)``,
@@ -10,12 +11,14 @@ of a comparison ended the process by SIGTERM (exit 143, no message, no ``finally
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
+import os
 import signal
 import sys
 import threading
-from typing import Iterator, Optional
+from typing import Iterator, NoReturn, Optional
 
 
 class _Sigaction(ctypes.Structure):
@@ -94,3 +97,19 @@ def interrupts_deferred() -> Iterator[None]:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     if asked:
         raise KeyboardInterrupt
+
+
+def end_process(code: int) -> NoReturn:
+    """End this process now with exit status ``code``: the exit handlers run (logging's,
+    multiprocessing's, Ray's shutdown, temporary folders) and the standard streams are flushed, but
+    the interpreter's teardown, which destroys every object torch, MindSpore and mindone hold one
+    by one, is left out: it took 2.0 s from a digits-model comparison's last line to its process's
+    end (0.1 s with this; the exit handlers themselves 0.02 s). For processes that end with their
+    work (a command line, a process of MindSpore's stages, a sweep's worker), never a caller's."""
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # closed, or its reader gone
+            pass
+    os._exit(code)

@@ -10,6 +10,7 @@ import time
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from ..checks import UsageError
+from ..frameworks.interrupts import end_process
 from .cells import KILL_DIR, KILL_HOOK, CellRunner, _first_line, _load_error, run_cell
 from .config import Cell, SweepConfig
 
@@ -145,6 +146,11 @@ def _local_worker(conn, config: SweepConfig, log_path: str, parent: int) -> None
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(log, 1)
     os.dup2(log, 2)
+    _answer_cells(conn, config)
+    end_process(0)  # now, not after the frameworks' teardown, which the sweep's end would wait for
+
+
+def _answer_cells(conn, config: SweepConfig) -> None:
     try:
         runner = CellRunner(config)
     except Exception as exc:
