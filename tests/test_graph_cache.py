@@ -283,6 +283,105 @@ def test_a_graph_holds_nothing_per_linear_layer_with_its_weight_transposed():
     assert grown[True] < 0.4 * weight_gib < weight_gib < grown[False], grown
 
 
+class _Divisions(ms.nn.Cell):
+    """A chain of ``count`` divisions by a number and ``count`` by a tensor of the same shape, then one by a row."""
+
+    def __init__(self, count):
+        super().__init__()
+        self.count = count
+
+    def construct(self, x, y, row):
+        for _ in range(self.count):
+            x = x / 0.18215 + 1.0
+            x = x / (x * 0.5 + y)
+        return x / row
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_division_in_graph_mode_gives_pynatives_bits_and_the_next_graph_divides_as_before(dtype):
+    from mindspore.ops.composite.multitype_ops import div_impl
+
+    from xrand.frameworks import mindspore_mode
+
+    rng = np.random.default_rng(7)
+    x = ms.tensor(rng.standard_normal((64, 256)).astype(dtype))
+    y, row = (ms.tensor(rng.uniform(2, 3, shape).astype(dtype)) for shape in ((64, 256), (1, 256)))
+    pynative = _Divisions(2)(x, y, row).asnumpy()
+    entries = list(div_impl.div.entries)
+    with mindspore_mode("graph"):
+        graph = _Divisions(2)(x, y, row).asnumpy()
+        whole = _Divisions(1)(ms.tensor(np.arange(1, 9, dtype=np.int32)), ms.tensor(np.full(8, 2, np.int32)),
+                              ms.tensor(np.full(8, 4, np.int32))).asnumpy()  # integers: MindSpore's Div, as before
+    np.testing.assert_array_equal(graph, pynative)
+    np.testing.assert_array_equal(whole, _Divisions(1)(ms.tensor(np.arange(1, 9, dtype=np.int32)),
+                                                      ms.tensor(np.full(8, 2, np.int32)),
+                                                      ms.tensor(np.full(8, 4, np.int32))).asnumpy())
+    assert div_impl.div.entries == entries and not div_impl.div.xrand_real_div
+
+
+class _Swaps(ms.nn.Cell):
+    """A chain of ``count`` pairs of swaps of two axes (negative and positive), each pair followed by a product."""
+
+    def __init__(self, count):
+        super().__init__()
+        self.count = count
+
+    def construct(self, x):
+        for _ in range(self.count):
+            x = x.swapaxes(0, -1).swapaxes(1, 2) * 2.0
+        return x
+
+
+def test_swapaxes_in_graph_mode_gives_pynatives_values_and_the_next_graph_swaps_as_before():
+    from mindspore.ops import functional
+
+    from xrand.frameworks import mindspore_mode
+
+    x = ms.tensor(np.random.default_rng(8).standard_normal((2, 3, 5)).astype(np.float32))
+    original = functional.swapaxes
+    pynative = _Swaps(3)(x).asnumpy()
+    with mindspore_mode("graph"):
+        graph = _Swaps(3)(x).asnumpy()
+    np.testing.assert_array_equal(graph, pynative)
+    assert functional.swapaxes is original
+
+
+# A chain of divisions in a graph, in a fresh process (what a process holds after a first graph
+# says little of a second), inside division_as_real_div or not: prints how much the process grew, in GiB.
+DIVISIONS = r"""
+import contextlib, sys
+import numpy as np
+import mindspore as ms
+from xrand.mindspore_cpu import install, tune_cpu_runtime
+from xrand.frameworks.mindspore_graph import division_as_real_div
+sys.path.insert(0, sys.argv[1])
+from test_graph_cache import _Divisions, _resident_gib
+tune_cpu_runtime(1)
+install()
+rng = np.random.default_rng(3)  # what the kernels hold depends on the values: constant arrays show little
+x = ms.tensor(rng.standard_normal((2048, 1024)).astype(np.float32))
+y, row = (ms.tensor(rng.uniform(5, 6, shape).astype(np.float32)) for shape in ((2048, 1024), (1, 1024)))
+ms.set_context(mode=ms.GRAPH_MODE)
+with division_as_real_div() if sys.argv[2] == "inside" else contextlib.nullcontext():
+    start = _resident_gib()
+    _Divisions(6)(x, y, row).asnumpy()
+print(_resident_gib() - start)
+"""
+
+
+def test_a_graph_holds_nothing_per_division():
+    """What division_as_real_div is for: a graph's Div and Divs kernels hold up to four times their
+    output each (MindSpore 2.10, CPU); as RealDiv, nothing past the memory pool's reuse."""
+    output_gib = 2048 * 1024 * 4 / 2**30  # 8 MiB; 13 divisions
+    grown = {}
+    for where in ("inside", "outside"):
+        done = subprocess.run([sys.executable, "-c", DIVISIONS, os.path.dirname(__file__), where],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        grown[where] = float(done.stdout.split()[-1])
+    assert grown["inside"] < 12 * output_gib < 24 * output_gib < grown["outside"], grown
+
+
 def test_without_graph_calls_a_2d_linear_layer_rounds_differently_in_graph_mode():
     """What linear_as_in_pynative is for: MindSpore's own graph-mode Linear (MindSpore 2.10, CPU)."""
     from mindspore import mint

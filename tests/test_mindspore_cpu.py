@@ -457,6 +457,8 @@ def test_gelu_matches_torch(fallbacks, approximate):
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=2e-6)
     layer = mint.nn.GELU(approximate=approximate)(ms.tensor(x)).asnumpy()
     np.testing.assert_array_equal(layer, out)
+    # the exact form is written out as ops.gelu computes it (its Div as "/"): the same bits
+    np.testing.assert_array_equal(out, ms.ops.gelu(ms.tensor(x), approximate=approximate).asnumpy())
 
 
 @pytest.mark.parametrize("shape, normalized, affine", [((2, 5, 8), (8,), True), ((3, 4, 6), (4, 6), True),

@@ -28,6 +28,29 @@ with cProfile on MindSpore 2.10). Inside :func:`direct_phase_setter` the setter 
 attribute of the same cells directly (a string attribute's ``Cell.__setattr__`` ends in
 ``object.__setattr__``), so nothing a graph computes changes.
 
+Division without memory held per kernel: a graph's Div and Divs kernels (``a / b`` of a tensor
+and a tensor or a number) each keep two to four times their output for as long as the graph lives
+(80 MB each in a chain of ``x / 2 + 1`` on 21 MB; less on constant arrays), where RealDiv, Mul and
+Add keep nothing past the memory pool's reuse, and PyNative nothing per call (MindSpore 2.10, CPU).
+Inside :func:`division_as_real_div` a float32 or float64 tensor divided by a tensor of its dtype or
+by a number compiles to RealDiv, the number cast to the tensor's dtype first, as PyNative's Div
+casts it: the same bits (tests/test_graph_cache.py). Not float16: one float16 RealDiv in a graph
+gives PyNative's bits, but two in a row did not (4266 of 16384 values differed for ``x / a / row``),
+so float16 keeps Div.
+
+Transposes likewise: Transpose kernels can keep memory the same way (12 swaps of two axes of an
+8 MiB tensor, each pair followed by a product, in a process of their own: 243 MB against 31 MB with
+mint.transpose's kernel; not in every process). mindone's attention swaps the heads' axes of every
+query, key and value with ``Tensor.swapaxes``; inside :func:`swapaxes_as_transpose` a graph's
+``swapaxes`` is ``mint.transpose``, the same values moved. ReduceMean and ReduceSum kernels keep
+memory too; they are left as they are.
+
+An SD-1.5-sized model's MindSpore side at 256 px in graph mode peaked, compiling its graphs, at
+9.32 GB before these, 8.36 GB with RealDiv, 7.89 GB with mint.transpose too and 7.55 GB with the
+GELU stand-in dividing with ``/`` (xrand.mindspore_cpu.ops); with its graphs from the compile cache
+at 7.28, 6.91 and 6.55 GB for the last three (``benchmarks/bench_scale.py --speed``, one run each;
+a whole compare: benchmarks/RESULTS.md, figure 16).
+
 A module apart from :mod:`.mindspore`, imported when graph mode is first asked for: it imports
 MindSpore at its top, since graph mode compiles :func:`_linear_construct` from its source and
 finds ``ops`` among this module's globals.
@@ -40,7 +63,10 @@ from typing import Any, Dict, Iterable, Iterator, List
 
 import mindspore as ms
 import numpy as np
-from mindspore import nn, ops
+from mindspore import mint, nn, ops
+from mindspore.ops import functional
+from mindspore.ops.composite.multitype_ops.div_impl import _div_tensor, div as _div
+from mindspore.ops.composite.multitype_ops.div_impl import _tensor_div_scalar as _tensor_div_number
 
 #: Whether a Linear cell's weight is stored transposed (:func:`linear_weights_transposed`).
 nn.Linear.weight_transposed = False
@@ -146,12 +172,68 @@ def linear_as_in_pynative() -> Iterator[None]:
         nn.Linear.construct = original
 
 
+_real_div = ops.operations.RealDiv()
+_REAL_DIV_DTYPES = (ms.float32, ms.float64)  # float16: see the module
+
+
+def _tensor_real_div_tensor(x, y):
+    """``x / y`` of two tensors in a graph: RealDiv where both are float32 or both float64 (see the module)."""
+    if x.dtype == y.dtype and x.dtype in _REAL_DIV_DTYPES:
+        return _real_div(x, y)
+    return _div_tensor(x, y)
+
+
+def _tensor_real_div_number(x, y):
+    """``x / y`` of a tensor and a number in a graph: RealDiv by the number in the tensor's dtype."""
+    if x.dtype in _REAL_DIV_DTYPES:
+        return _real_div(x, ops.scalar_to_tensor(y, x.dtype))
+    return _tensor_div_number(x, y)
+
+
+@contextlib.contextmanager
+def division_as_real_div() -> Iterator[None]:
+    """Inside the block, a graph divides floating tensors with RealDiv (see the module)."""
+    if getattr(_div, "xrand_real_div", False):
+        yield  # already inside such a block
+        return
+    entries = len(_div.entries)
+    _div.register("Tensor", "Tensor")(_tensor_real_div_tensor)
+    _div.register("Tensor", "Number")(_tensor_real_div_number)
+    _div.xrand_real_div = True
+    try:
+        yield
+    finally:
+        _div.register("Tensor", "Tensor")(_div_tensor)
+        _div.register("Tensor", "Number")(_tensor_div_number)
+        del _div.entries[entries:]
+        _div.xrand_real_div = False
+
+
+def _swapaxes(input, axis0, axis1):
+    """``Tensor.swapaxes`` in a graph: mint.transpose (see the module)."""
+    return mint.transpose(input, axis0, axis1)
+
+
+@contextlib.contextmanager
+def swapaxes_as_transpose() -> Iterator[None]:
+    """Inside the block, a graph swaps two axes with mint.transpose's kernel (see the module)."""
+    original = functional.swapaxes
+    if original is _swapaxes:
+        yield  # already inside such a block
+        return
+    functional.swapaxes = _swapaxes
+    try:
+        yield
+    finally:
+        functional.swapaxes = original
+
+
 @contextlib.contextmanager
 def graph_mode_calls() -> Iterator[None]:
-    """Both blocks above, Linear's on a CPU only (other devices have their own kernels)."""
+    """The blocks above, all but the phase setter's on a CPU only (other devices have their own kernels)."""
     with direct_phase_setter():
         if ms.get_context("device_target") != "CPU":
             yield
             return
-        with linear_as_in_pynative():
+        with linear_as_in_pynative(), division_as_real_div(), swapaxes_as_transpose():
             yield

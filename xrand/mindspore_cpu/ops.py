@@ -305,8 +305,14 @@ def _nonzero(input, *, as_tuple=False):
 
 @fallback_for("mindspore.mint.nn.functional.gelu")
 def _gelu(input, approximate="none"):
-    """mint.nn.functional.gelu (kernel GeluExt): ops.gelu (GeLU / FastGeLU tanh form)."""
-    return ops.gelu(input, approximate=approximate)
+    """mint.nn.functional.gelu (kernel GeluExt): ops.gelu (GeLU / FastGeLU tanh form), its exact form
+    written out as ops.gelu computes it, with ``/`` for its Div primitive: in graph mode a float32
+    division compiles to RealDiv then, which keeps no memory of its own
+    (xrand.frameworks.mindspore_graph.division_as_real_div)."""
+    if approximate != "none" or input.dtype not in (ms.float32, ms.float64):
+        return ops.gelu(input, approximate=approximate)
+    return input * (ops.erf(input / ops.sqrt(ms.Tensor(2.0, input.dtype))) + ms.Tensor(1.0, input.dtype)) \
+        * ms.Tensor(0.5, input.dtype)
 
 
 @fallback_for("mindspore.mint.nn.functional.layer_norm")
