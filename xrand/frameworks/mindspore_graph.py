@@ -65,8 +65,12 @@ import mindspore as ms
 import numpy as np
 from mindspore import mint, nn, ops
 from mindspore.ops import functional
-from mindspore.ops.composite.multitype_ops.div_impl import _div_tensor, div as _div
-from mindspore.ops.composite.multitype_ops.div_impl import _tensor_div_scalar as _tensor_div_number
+
+try:  # the graph's "/" (MindSpore 2.10's private names; another MindSpore divides as it does)
+    from mindspore.ops.composite.multitype_ops.div_impl import _div_tensor, div as _div
+    from mindspore.ops.composite.multitype_ops.div_impl import _tensor_div_scalar as _tensor_div_number
+except ImportError:  # pragma: no cover
+    _div = None
 
 #: Whether a Linear cell's weight is stored transposed (:func:`linear_weights_transposed`).
 nn.Linear.weight_transposed = False
@@ -193,8 +197,8 @@ def _tensor_real_div_number(x, y):
 @contextlib.contextmanager
 def division_as_real_div() -> Iterator[None]:
     """Inside the block, a graph divides floating tensors with RealDiv (see the module)."""
-    if getattr(_div, "xrand_real_div", False):
-        yield  # already inside such a block
+    if _div is None or getattr(_div, "xrand_real_div", False):
+        yield  # another MindSpore, or already inside such a block
         return
     entries = len(_div.entries)
     _div.register("Tensor", "Tensor")(_tensor_real_div_tensor)
