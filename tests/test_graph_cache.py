@@ -308,14 +308,13 @@ def test_division_in_graph_mode_gives_pynatives_bits_and_the_next_graph_divides_
     y, row = (ms.tensor(rng.uniform(2, 3, shape).astype(dtype)) for shape in ((64, 256), (1, 256)))
     pynative = _Divisions(2)(x, y, row).asnumpy()
     entries = list(div_impl.div.entries)
+    integers = ms.tensor(np.arange(1, 9, dtype=np.int32)), ms.tensor(np.full(8, 2, np.int32)), \
+        ms.tensor(np.full(8, 4, np.int32))
     with mindspore_mode("graph"):
         graph = _Divisions(2)(x, y, row).asnumpy()
-        whole = _Divisions(1)(ms.tensor(np.arange(1, 9, dtype=np.int32)), ms.tensor(np.full(8, 2, np.int32)),
-                              ms.tensor(np.full(8, 4, np.int32))).asnumpy()  # integers: MindSpore's Div, as before
+        whole = _Divisions(1)(*integers).asnumpy()  # integers: MindSpore's Div, as before
     np.testing.assert_array_equal(graph, pynative)
-    np.testing.assert_array_equal(whole, _Divisions(1)(ms.tensor(np.arange(1, 9, dtype=np.int32)),
-                                                      ms.tensor(np.full(8, 2, np.int32)),
-                                                      ms.tensor(np.full(8, 4, np.int32))).asnumpy())
+    np.testing.assert_array_equal(whole, _Divisions(1)(*integers).asnumpy())
     assert div_impl.div.entries == entries and not div_impl.div.xrand_real_div
 
 

@@ -163,17 +163,23 @@ def linear_weights_transposed(modules: Iterable[Any]) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def linear_as_in_pynative() -> Iterator[None]:
-    """Inside the block, ``nn.Linear`` cells compile to PyNative's arithmetic (see the module)."""
-    original = nn.Linear.__dict__["construct"]
-    if original is _linear_construct:
-        yield  # already inside such a block
+def _replaced(owner, name: str, value) -> Iterator[None]:
+    """Inside the block, ``owner.name`` is ``value``; the original after it (nothing to do where it
+    is ``value`` already: inside such a block)."""
+    original = vars(owner)[name]
+    if original is value:
+        yield
         return
-    nn.Linear.construct = _linear_construct
+    setattr(owner, name, value)
     try:
         yield
     finally:
-        nn.Linear.construct = original
+        setattr(owner, name, original)
+
+
+def linear_as_in_pynative():
+    """Inside the block, ``nn.Linear`` cells compile to PyNative's arithmetic (see the module)."""
+    return _replaced(nn.Linear, "construct", _linear_construct)
 
 
 _real_div = ops.operations.RealDiv()
@@ -218,18 +224,9 @@ def _swapaxes(input, axis0, axis1):
     return mint.transpose(input, axis0, axis1)
 
 
-@contextlib.contextmanager
-def swapaxes_as_transpose() -> Iterator[None]:
+def swapaxes_as_transpose():
     """Inside the block, a graph swaps two axes with mint.transpose's kernel (see the module)."""
-    original = functional.swapaxes
-    if original is _swapaxes:
-        yield  # already inside such a block
-        return
-    functional.swapaxes = _swapaxes
-    try:
-        yield
-    finally:
-        functional.swapaxes = original
+    return _replaced(functional, "swapaxes", _swapaxes)
 
 
 @contextlib.contextmanager
