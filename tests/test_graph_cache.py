@@ -369,8 +369,9 @@ print(_resident_gib() - start)
 
 
 def test_a_graph_holds_nothing_per_division():
-    """What division_as_real_div is for: a graph's Div and Divs kernels hold up to four times their
-    output each (MindSpore 2.10, CPU); as RealDiv, nothing past the memory pool's reuse."""
+    """What division_as_real_div is for: after a graph's Div and Divs kernels the process holds up
+    to four times their output more each, memory they freed that glibc's malloc keeps (MindSpore
+    2.10, CPU; xrand.frameworks.mindspore_graph); as RealDiv, nothing past the memory pool's reuse."""
     output_gib = 2048 * 1024 * 4 / 2**30  # 8 MiB; 13 divisions
     grown = {}
     for where in ("inside", "outside"):
