@@ -6,10 +6,11 @@ xrand.frameworks.mindspore.PYNATIVE_ABOVE_BYTES and the README's graph-mode memo
 One process: figure 10's SD-1.5-sized folder's UNet loaded with mindone.diffusers on the CPU,
 called once in PyNative at ``--size`` pixels (latents size/8, a batch of 2 as classifier-free
 guidance runs it) to catch each block's inputs; then each BLOCK (a dotted path in the UNet,
-default a ResNet block and the first attention block) called once in graph mode as a
-comparison runs it (xrand.frameworks.mindspore_graph: graph-mode calls, Linear weights stored
-transposed), one after the other. Printed per block: its parameters and what the process's
-resident memory grew by over its call, after giving the C heap's free memory back (malloc_trim).
+``unet`` for the whole UNet; default a ResNet block and the first attention block) called once
+in graph mode as a comparison runs it (xrand.frameworks.mindspore_graph: graph-mode calls,
+Linear weights stored transposed), one after the other. Printed per block: its parameters and
+what the process's resident memory grew by over its call, after giving the C heap's free memory
+back (malloc_trim).
 """
 from __future__ import annotations
 
@@ -57,7 +58,7 @@ def main() -> None:
 
     def block(path):
         module = unet
-        for part in path.split("."):
+        for part in path.split(".") if path != "unet" else ():
             module = module[int(part)] if part.isdigit() else getattr(module, part)
         return module
 
