@@ -60,7 +60,7 @@ pipe(generator=torch.Generator().manual_seed(0), output_type="np", **{call!r})
 
 
 def timed(argv: List[str], env: Dict[str, str]) -> Dict[str, float]:
-    """Run ``python *argv``; its wall seconds and peak RSS (GB) of its process tree."""
+    """Run ``python *argv``; its wall seconds and peak RSS (GiB, 2**30 bytes) of its process tree."""
     peak = [0]
     start = time.perf_counter()
     proc = subprocess.Popen([PYTHON, *argv], cwd=str(ROOT), env={**os.environ, **env}, stdout=subprocess.DEVNULL,
@@ -100,7 +100,7 @@ def run(repeats: int = 2, models=tuple(MODELS)) -> Section:
     section = Section(
         title="16. What a comparison costs: the whole default `xrand compare` against torch's own pipeline alone",
         method=__doc__.split("\n\n", 1)[1].strip(),
-        columns=["model", "run", "seconds (min / median / max)", "peak RSS (GB)", "x torch alone (median)"])
+        columns=["model", "run", "seconds (min / median / max)", "peak RSS (GiB)", "x torch alone (median)"])
     for model in models:
         folder = model_folder(model)
         flags, call = MODELS[model]
