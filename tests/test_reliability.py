@@ -328,6 +328,27 @@ def test_a_large_models_mindspore_stages_run_in_one_process_of_their_own_with_th
     assert not store.done("mindspore")
 
 
+def test_the_process_that_waits_for_mindspores_own_process_never_imports_mindspore(tmp_path):
+    """Where MindSpore's stages run in a process of their own (here: any folder, and any folder large
+    enough for PyNative), the command's process asks a new process for MindSpore's device (the
+    large-model mode and its reason come from it) and imports neither MindSpore nor mindone, whose
+    0.3 GiB would sit beside MindSpore's process for nothing. In a new process: this one has both."""
+    pytest.importorskip("mindone.diffusers")
+    out = str(tmp_path / "o")
+    code = ("import json, sys\n"
+            "import xrand.compare.plan as plan, xrand.compare.stages as stages\n"
+            "plan.OWN_PROCESS_BYTES = stages.OWN_PROCESS_BYTES = plan.PYNATIVE_ABOVE_BYTES = 0\n"
+            "from xrand.cli import main\n"
+            f"code = main(['compare', '--steps', '1', '--batch-size', '1', '--no-noise-floor', '--quiet', '--out', {out!r}])\n"
+            "print(json.dumps([code, [name for name in ('mindspore', 'mindone') if name in sys.modules]]))\n")
+    done = run_python(code)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [0, []]
+    mindspore = json.load(open(os.path.join(out, "report.json")))["environment"]["b"]
+    assert (mindspore["mindspore_mode"], mindspore["mindspore_device_target"]) == ("pynative", "CPU")
+    assert mindspore["mindspore_mode_reason"].startswith("the model's weights are")
+
+
 def test_a_folder_of_another_comparison_is_refused_before_any_model_loads(tiny_model, mindone, tmp_path, monkeypatch,
                                                                           capfd):
     """Both commands through ``main`` here (conftest.xrand_here)."""

@@ -147,8 +147,8 @@ def _compare_in_stages(args, out_dir: str) -> int:
     """``xrand compare`` on a model: the stages this machine runs (``--only``: one framework's),
     each kept in ``out_dir`` as it ends, the report after each; what is left for another machine
     is said with its command."""
-    from .compare.stages import (Asks, Loading, Store, framework_of, plan_from_manifest, read_manifest,
-                                  run_stages)
+    from .compare.stages import (Asks, Loading, Store, framework_of, mindspore_in_own_process, plan_from_manifest,
+                                  read_manifest, run_stages)
     from .pipelines.flags import path_flags, settings_values
     from .report.command import plan_command
     from .report.compare import write_report
@@ -200,7 +200,7 @@ def _compare_in_stages(args, out_dir: str) -> int:
             what = " and ".join({"torch": "diffusers (torch)", "mindspore": "mindone.diffusers (MindSpore)"}[fw]
                                 for fw in frameworks)
             _say(args, f"xrand: {what} on {store.plan.folder.path}")
-            import_frameworks(frameworks)
+            import_frameworks([fw for fw in frameworks if not (fw == "mindspore" and mindspore_in_own_process(store))])
         outcome = run_stages(store, Loading(store.plan, quiet=args.quiet) if frameworks else None, frameworks,
                              on_stage, say=lambda text: _say(args, text))
     except KeyboardInterrupt:

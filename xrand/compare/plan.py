@@ -34,6 +34,17 @@ from ..pipelines.lora import adapter_name, check_lora_files, check_lora_targets
 from ..pipelines.recipes import RECIPES, Recipe, recipe as recipe_named
 from ..pipelines.settings import Settings
 
+#: A model folder with more weights than this runs MindSpore's stages (one run of them after
+#: torch's: its weights' check, side, layers, lockstep) in one process of their own, which loads
+#: the pipeline once, when the comparison goes to a folder: MindSpore keeps memory after its
+#: pipeline is dropped (in graph mode, about half of what its side held); a process that ends gives
+#: all of it back. The process that plans and waits for them never imports MindSpore (0.3 GiB held
+#: beside them for nothing): it asks a new process for MindSpore's device
+#: (frameworks.mindspore.default_device_target) and imports and patches only what its own stages
+#: run (stages.run_stages, the command line). Smaller folders run them here (a new process costs
+#: seconds: importing MindSpore and mindone).
+OWN_PROCESS_BYTES = 1 << 30
+
 #: mindone's own torch-vs-MindSpore pipeline tests accept these relative L2 errors.
 DEFAULT_TOLERANCE = {"float32": 5e-3, "float16": 5e-2, "bfloat16": 5e-2}
 
@@ -191,8 +202,9 @@ def make_plan(settings: Settings, *, frameworks: Sequence[str] = FRAMEWORKS,
     devices = {name: framework(name).check_device(devices.get(name)) for name in frameworks}
     mode_reason = None
 
-    def on_cpu() -> bool:  # asked last: it imports MindSpore
-        return "mindspore" in frameworks and framework("mindspore").compiles_on_cpu(devices["mindspore"])
+    def on_cpu() -> bool:  # asked last: it imports MindSpore, or asks a new process where its stages run in one
+        return "mindspore" in frameworks and framework("mindspore").compiles_on_cpu(
+            devices["mindspore"], here=folder.weights_bytes <= OWN_PROCESS_BYTES)
 
     if mindspore_mode == "graph" and recipe.pynative_only and on_cpu():
         mindspore_mode, mode_reason = "pynative", recipe.pynative_only

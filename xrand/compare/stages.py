@@ -56,7 +56,7 @@ from .component_call import DENOISER, PER_STEP
 from .layers import (LayerOptions, LayerReport, TorchLayers, check_module_names, check_scope, layers_module,
                      mindspore_layers_at_step, torch_layers_at_step)
 from .ops import OpsReport, TorchOps, check_ops_module, mindspore_ops_at_step, torch_ops_at_step
-from .plan import DEFAULT_TOLERANCE, Plan, make_plan
+from .plan import DEFAULT_TOLERANCE, OWN_PROCESS_BYTES, Plan, make_plan
 from .records import RecordReader, RecordWriter, check_file, file_entry
 from .result import Comparison, compare_sides
 from .sidefile import load_side, save_side
@@ -434,27 +434,40 @@ class Loading:
         trim_heap()
 
 
-def trim_heap() -> None:
-    """Give the C heap's free memory back to the system (glibc keeps freed blocks for reuse)."""
+def _glibc() -> Any:
+    """The C library through ctypes where it is glibc, else None."""
     import ctypes
     import ctypes.util
 
     try:
-        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc
-        pass
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
+        return None
+    return libc if hasattr(libc, "malloc_trim") and hasattr(libc, "mallopt") else None
+
+
+def trim_heap() -> None:
+    """Give the C heap's free memory back to the system (glibc keeps freed blocks for reuse)."""
+    libc = _glibc()
+    if libc is not None:
+        libc.malloc_trim(0)
+
+
+_M_MMAP_THRESHOLD = -3  # glibc's malloc.h
+
+
+def large_blocks_unmapped_when_freed() -> None:
+    """From now on in this process glibc's malloc serves each block of 128 KiB or more from a mapping
+    of its own, unmapped when it is freed. By default glibc raises that threshold (up to 32 MiB) each
+    time such a block is freed, and keeps the larger blocks freed after it in its heap, where memory
+    MindSpore's CPU kernels free stays held while a run goes on (xrand.frameworks.mindspore_graph,
+    "Division"). For the processes of a comparison's own stages, which end after them."""
+    libc = _glibc()
+    if libc is not None:
+        libc.mallopt(_M_MMAP_THRESHOLD, 128 * 1024)
 
 
 # ----------------------------------------------------------------------------- the stages
-
-#: A model folder with more weights than this runs MindSpore's stages (one run of them after
-#: torch's: its weights' check, side, layers, lockstep) in one process of their own, which loads
-#: the pipeline once, when the comparison goes to a folder: MindSpore keeps memory after its
-#: pipeline is dropped (in graph mode, about half of what its side held); a process that ends gives
-#: all of it back. Smaller folders run them here (a new process costs seconds: importing MindSpore
-#: and mindone).
-OWN_PROCESS_BYTES = 1 << 30
-
 
 def _weights(framework: str, plan: Plan, pipes: Any, against: Optional[Mapping[str, Any]] = None) -> SideWeights:
     """A side's loaded weights against the files (:func:`.weights.side_weights`), once per loaded pipeline."""
@@ -488,9 +501,14 @@ def _mindspore_weights(plan: Plan, store: Store, pipes: Any) -> None:
                  seconds=summary["seconds"])
 
 
-def _own_process(plan: Plan, store: Store, pipes: Any) -> bool:
-    """Whether MindSpore's stages of this comparison run in a process of their own (OWN_PROCESS_BYTES)."""
-    return store.folder is not None and isinstance(pipes, Loading) and plan.folder.weights_bytes > OWN_PROCESS_BYTES
+def mindspore_in_own_process(store: Store) -> bool:
+    """Whether MindSpore's stages of this comparison, run with a :class:`Loading`, run in a process
+    of their own (OWN_PROCESS_BYTES): then this process need not import MindSpore."""
+    return store.folder is not None and store.plan.folder.weights_bytes > OWN_PROCESS_BYTES
+
+
+def _own_process(store: Store, pipes: Any) -> bool:
+    return isinstance(pipes, Loading) and mindspore_in_own_process(store)
 
 
 def _torch(plan: Plan, store: Store, pipes: Any) -> None:
@@ -605,6 +623,7 @@ def _in_own_process(work: Callable[..., Any], args: Tuple[Any, ...], what: str, 
 
 
 def _child(work: Callable[..., Any], args: Tuple[Any, ...], send: Any, libraries: Sequence[str]) -> None:
+    large_blocks_unmapped_when_freed()
     if "diffusers" not in libraries:  # this process runs MindSpore's side only
         from ..frameworks.mindspore import import_transformers_without_torch
 
@@ -622,6 +641,7 @@ def _stages_work(plan: Plan, asks: Asks, folder: str, names: Sequence[str], quie
     store, pipes = Store.as_written(folder, read_manifest(folder), plan, asks), Loading(plan, quiet)
     for name in names:
         RUNS[name](plan, store, pipes)
+        trim_heap()  # what the stage freed, given back before the next one starts
     pipes.release("mindspore")
 
 
@@ -710,11 +730,12 @@ def run_stages(store: Store, pipes: Any, frameworks: Sequence[str] = ("torch", "
                        [s for s in wanted if not store.done(s)], store.bytes())
 
     # once for every stage (patching scans every loaded module), and only the libraries that run
-    # here: patching imports them (diffusers imports torch)
-    with patched(libraries_of(todo)):
+    # in this process: patching imports them (diffusers imports torch)
+    own = _own_process(store, pipes)
+    with patched(libraries_of([s for s in todo if not (own and framework_of(s) == "mindspore")])):
         for group in _groups(todo):
             runs_it = framework_of(group[0])
-            if runs_it == "mindspore" and _own_process(plan, store, pipes):
+            if runs_it == "mindspore" and own:
                 pipes.release("torch")
                 say(f"xrand: running {', '.join(group)} (in a process of their own)")
                 stages_in_own_process(store, group, pipes.quiet)
@@ -750,4 +771,5 @@ def _groups(stages: Sequence[str]) -> List[List[str]]:
 
 
 __all__ = ["Asks", "Held", "Loading", "MANIFEST", "OWN_PROCESS_BYTES", "Outcome", "STAGES", "Stage", "Store",
-           "comparison_of", "plan_from_manifest", "read_manifest", "run_stages", "stages_in_own_process"]
+           "comparison_of", "mindspore_in_own_process", "plan_from_manifest", "read_manifest", "run_stages",
+           "stages_in_own_process"]

@@ -86,9 +86,10 @@ class Framework:
         """The device a side ran on, for the report."""
         raise NotImplementedError
 
-    def compiles_on_cpu(self, device: Optional[str]) -> bool:
+    def compiles_on_cpu(self, device: Optional[str], here: bool = True) -> bool:
         """Whether a run on ``device`` (checked by :meth:`check_device`) compiles its graphs for a
-        CPU, where some operators have no kernel (MindSpore's graph mode; torch never compiles)."""
+        CPU, where some operators have no kernel (MindSpore's graph mode; torch never compiles).
+        ``here=False``: the side runs in another process, so this one need not import its framework to tell."""
         return False
 
     def load_pipeline(self, cls_name: str, path: str, dtype: str, device: Optional[str],

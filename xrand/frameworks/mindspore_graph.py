@@ -34,8 +34,9 @@ each (80 MB each in a chain of ``x / 2 + 1`` on 21 MB; less on constant arrays),
 and Add leave nothing past the memory pool's reuse, and PyNative nothing per call (MindSpore 2.10,
 CPU). It is memory the kernels freed and glibc's malloc kept: ``malloc_trim`` gives it back (13
 divisions of an 8 MiB tensor: 0.31 GiB held, 0.02 GiB after it), and a fixed mmap threshold
-(``MALLOC_MMAP_THRESHOLD_=131072``) never keeps it (0.04 GiB); but it is held while the graph
-runs, so the run's peak grows with it.
+(``MALLOC_MMAP_THRESHOLD_=131072``, as a comparison's own processes fix it:
+xrand.compare.stages.large_blocks_unmapped_when_freed) never keeps it (0.04 GiB); but it is held
+while the graph runs, so the run's peak grows with it.
 Inside :func:`division_as_real_div` a float32 or float64 tensor divided by a tensor of its dtype or
 by a number compiles to RealDiv, the number cast to the tensor's dtype first, as PyNative's Div
 casts it: the same bits (tests/test_graph_cache.py). Not float16: one float16 RealDiv in a graph
