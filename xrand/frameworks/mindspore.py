@@ -190,7 +190,7 @@ _default_device_target = None
 def default_device_target() -> str:
     """MindSpore's default device target on this machine, asked of a new process (once per process):
     for a process that runs none of MindSpore's stages itself, where importing MindSpore would hold
-    0.3 GiB for nothing (xrand.compare.stages.OWN_PROCESS_BYTES)."""
+    0.3 GiB for nothing (xrand.compare.plan.OWN_PROCESS_BYTES)."""
     global _default_device_target
     if _default_device_target is None:
         import subprocess
