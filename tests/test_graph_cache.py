@@ -346,7 +346,8 @@ def test_swapaxes_in_graph_mode_gives_pynatives_values_and_the_next_graph_swaps_
 
 
 # A chain of divisions in a graph, in a fresh process (what a process holds after a first graph
-# says little of a second), inside division_as_real_div or not: prints how much the process grew, in GiB.
+# says little of a second): inside division_as_real_div, outside it, or outside it with freed large
+# blocks unmapped ("unmapped", as a comparison's own processes run); prints how much the process grew, in GiB.
 DIVISIONS = r"""
 import contextlib, sys
 import numpy as np

@@ -43,12 +43,14 @@ casts it: the same bits (tests/test_graph_cache.py). Not float16: one float16 Re
 gives PyNative's bits, but two in a row did not (4266 of 16384 values differed for ``x / a / row``),
 so float16 keeps Div.
 
-Transposes likewise: Transpose kernels can keep memory the same way (12 swaps of two axes of an
+Transposes: after a graph's Transpose kernels a process held more too (12 swaps of two axes of an
 8 MiB tensor, each pair followed by a product, in a process of their own: 243 MB against 31 MB with
-mint.transpose's kernel; not in every process). mindone's attention swaps the heads' axes of every
-query, key and value with ``Tensor.swapaxes``; inside :func:`swapaxes_as_transpose` a graph's
-``swapaxes`` is ``mint.transpose``, the same values moved. ReduceMean and ReduceSum kernels keep
-memory too; they are left as they are.
+mint.transpose's kernel; not in every process, and a later run of the same chain held 0.046 GiB,
+0.039 after ``malloc_trim``, so whether it is glibc's too was not settled). mindone's attention
+swaps the heads' axes of every query, key and value with ``Tensor.swapaxes``; inside
+:func:`swapaxes_as_transpose` a graph's ``swapaxes`` is ``mint.transpose``, the same values moved.
+ReduceMean and ReduceSum kernels were seen to leave memory too (not measured since); they are
+left as they are.
 
 An SD-1.5-sized model's MindSpore side at 256 px in graph mode peaked, compiling its graphs, at
 9.32 GB before these, 8.36 GB with RealDiv, 7.89 GB with mint.transpose too and 7.55 GB with the

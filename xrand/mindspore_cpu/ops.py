@@ -307,7 +307,7 @@ def _nonzero(input, *, as_tuple=False):
 def _gelu(input, approximate="none"):
     """mint.nn.functional.gelu (kernel GeluExt): ops.gelu (GeLU / FastGeLU tanh form), its exact form
     written out as ops.gelu computes it, with ``/`` for its Div primitive: in graph mode a float32
-    division compiles to RealDiv then, which keeps no memory of its own
+    division compiles to RealDiv then, which leaves nothing in the C heap after it
     (xrand.frameworks.mindspore_graph.division_as_real_div)."""
     if approximate != "none" or input.dtype not in (ms.float32, ms.float64):
         return ops.gelu(input, approximate=approximate)
