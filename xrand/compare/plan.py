@@ -175,6 +175,9 @@ def make_plan(settings: Settings, *, frameworks: Sequence[str] = FRAMEWORKS,
         layers.check()  # what needs no scheduler (the step's range is checked below)
 
     folder = folder or read_folder(settings.model, settings.variant, settings.config)
+    here = folder.weights_bytes <= OWN_PROCESS_BYTES
+    if "mindspore" in frameworks and asked_mode is None and folder.weights_bytes > PYNATIVE_ABOVE_BYTES:
+        framework("mindspore").ask_compiles_on_cpu(devices.get("mindspore"), here)  # on_cpu() below: meanwhile
     recipe = recipe_named(settings.pipeline or folder.pipeline)
     check_components(folder, recipe.components, recipe.optional_components, recipe.pipeline, recipe.denoiser,
                      recipe.denoiser_classes)
@@ -203,8 +206,7 @@ def make_plan(settings: Settings, *, frameworks: Sequence[str] = FRAMEWORKS,
     mode_reason = None
 
     def on_cpu() -> bool:  # asked last: it imports MindSpore, or asks a new process where its stages run in one
-        return "mindspore" in frameworks and framework("mindspore").compiles_on_cpu(
-            devices["mindspore"], here=folder.weights_bytes <= OWN_PROCESS_BYTES)
+        return "mindspore" in frameworks and framework("mindspore").compiles_on_cpu(devices["mindspore"], here)
 
     if mindspore_mode == "graph" and recipe.pynative_only and on_cpu():
         mindspore_mode, mode_reason = "pynative", recipe.pynative_only

@@ -92,6 +92,10 @@ class Framework:
         ``here=False``: the side runs in another process, so this one need not import its framework to tell."""
         return False
 
+    def ask_compiles_on_cpu(self, device: Optional[str], here: bool = True) -> None:
+        """:meth:`compiles_on_cpu` with these arguments may be asked later: start finding out now
+        where that takes a while (MindSpore's answer from a new process), so it is ready then."""
+
     def load_pipeline(self, cls_name: str, path: str, dtype: str, device: Optional[str],
                       arguments: Mapping[str, Any], single_file: Optional[str] = None) -> Any:
         """``cls_name.from_pretrained(path)`` from the library, in ``dtype`` on ``device``; or, for

@@ -185,19 +185,30 @@ def _import_when_used(name: str) -> None:
 
 _DEFAULT_DEVICE_TARGET = "import mindspore; print(mindspore.get_context('device_target'))"
 _default_device_target = None
+_asking = None  # the process asked for it, while it answers
+
+
+def ask_default_device_target() -> None:
+    """Start asking a new process for :func:`default_device_target`, which then waits only for
+    what is left of its answer (it imports MindSpore: 1.4 s, while this process goes on)."""
+    global _asking
+    if _default_device_target is None and _asking is None:
+        import subprocess
+
+        _asking = subprocess.Popen([sys.executable, "-c", _DEFAULT_DEVICE_TARGET], stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True)
 
 
 def default_device_target() -> str:
     """MindSpore's default device target on this machine, asked of a new process (once per process):
     for a process that runs none of MindSpore's stages itself, where importing MindSpore would hold
     0.3 GiB for nothing (xrand.compare.plan.OWN_PROCESS_BYTES)."""
-    global _default_device_target
+    global _default_device_target, _asking
     if _default_device_target is None:
-        import subprocess
-
-        done = subprocess.run([sys.executable, "-c", _DEFAULT_DEVICE_TARGET], capture_output=True, text=True)
-        lines = done.stdout.split()
-        if done.returncode != 0 or not lines:  # MindSpore's own error, raised here
+        ask_default_device_target()
+        asking, _asking = _asking, None
+        lines = asking.communicate()[0].split()
+        if asking.returncode != 0 or not lines:  # MindSpore's own error, raised here
             import mindspore as ms
 
             return ms.get_context("device_target")
@@ -231,6 +242,10 @@ class MindSpore(Framework):
         if device is None and not here and "mindspore" not in sys.modules:
             return default_device_target() == "CPU"
         return self.device_name(device) == "CPU"
+
+    def ask_compiles_on_cpu(self, device, here=True):
+        if device is None and not here and "mindspore" not in sys.modules:
+            ask_default_device_target()
 
     def prepare(self):
         from .. import mindspore_cpu
