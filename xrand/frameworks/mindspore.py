@@ -238,13 +238,18 @@ class MindSpore(Framework):
 
         return ms.get_context("device_target")
 
+    @staticmethod
+    def _asks_a_new_process(device, here):
+        """Whether the default device is asked of a new process (:func:`default_device_target`)."""
+        return device is None and not here and "mindspore" not in sys.modules
+
     def compiles_on_cpu(self, device, here=True):
-        if device is None and not here and "mindspore" not in sys.modules:
+        if self._asks_a_new_process(device, here):
             return default_device_target() == "CPU"
         return self.device_name(device) == "CPU"
 
     def ask_compiles_on_cpu(self, device, here=True):
-        if device is None and not here and "mindspore" not in sys.modules:
+        if self._asks_a_new_process(device, here):
             ask_default_device_target()
 
     def prepare(self):
