@@ -330,6 +330,24 @@ def test_omp_num_threads_fixes_the_thread_count(tiny_model, monkeypatch):
     assert (env["torch_threads"], env["threads_chosen"]) == (1, "OMP_NUM_THREADS=1")
 
 
+def test_a_process_started_after_importing_mindspore_gets_the_users_omp_num_threads_not_mindspores(ms):
+    """Importing MindSpore sets OMP_NUM_THREADS=1 for every process started after (the stages of
+    ``compare --only mindspore`` in their own process ran 1 thread on 2 cores); while xrand starts
+    one, it is the user's again (here: unset)."""
+    code = ("import subprocess, sys, mindspore\n"
+            "from xrand.frameworks.threads import users_thread_count_inherited\n"
+            "ask = [sys.executable, '-c', 'import os; print(os.environ.get(\"OMP_NUM_THREADS\"))']\n"
+            "seen = lambda: subprocess.run(ask, capture_output=True, text=True).stdout.strip()\n"
+            "before = seen()\n"
+            "with users_thread_count_inherited():\n"
+            "    during = seen()\n"
+            "print(before, during, seen())\n")
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["1", "None", "1"]
+
+
 # -- side files ------------------------------------------------------------------------------------------
 SIDE = dict(steps=2, seed=5, batch_size=1, eta=0.0)
 

@@ -43,7 +43,7 @@ from ..checks import UsageError, differing
 from ..files import json_safe, write_json
 from ..frameworks import framework
 from ..frameworks.interrupts import end_process
-from ..frameworks.threads import measure as measure_load
+from ..frameworks.threads import measure as measure_load, users_thread_count_inherited
 from ..patch import patched
 from ..pipelines.components import model_components
 from ..pipelines.flags import path_flags
@@ -604,7 +604,8 @@ def _in_own_process(work: Callable[..., Any], args: Tuple[Any, ...], what: str, 
     context = multiprocessing.get_context("spawn")
     receive, send = context.Pipe(duplex=False)
     process = context.Process(target=_child, args=(work, args, send, list(libraries)))
-    process.start()
+    with users_thread_count_inherited():
+        process.start()
     send.close()
     try:
         outcome = receive.recv()

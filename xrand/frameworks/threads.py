@@ -15,11 +15,15 @@ sweep worker's fixed count). The thread count can change a reduction's last bits
 """
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import time
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
+#: The user's thread count, where they fixed it.
+THREADS_VARIABLE = "OMP_NUM_THREADS"
 #: How long :func:`measure` watches the other processes (its share of a side is this, once).
 SAMPLE_SECONDS = 0.1
 #: A measurement less than this many seconds after the last one (a side after a short one) takes
@@ -115,13 +119,49 @@ def choose(load: Load, most: Optional[int] = None) -> Tuple[int, str]:
     :func:`rule`."""
     if _fixed is not None:
         return _fixed
-    given = os.environ.get("OMP_NUM_THREADS", "").strip()
+    given = os.environ.get(THREADS_VARIABLE, "").strip()
     if given.isdigit() and int(given) > 0:
-        return int(given), f"OMP_NUM_THREADS={given}"
+        return int(given), f"{THREADS_VARIABLE}={given}"
     count = rule(load.cores, load.others, most)
     if load.others is None:
         return count, f"{load.cores} usable cores (the other processes' load is unknown here)"
     return count, f"{load.cores} usable cores, other processes kept {load.others:.1f} busy"
 
 
-__all__: List[str] = ["Load", "RECENT_SECONDS", "SAMPLE_SECONDS", "choose", "fix", "measure", "rule", "usable_cores"]
+def _process_environment(name: str) -> Optional[str]:
+    """``name`` in this process's C environment, which a new process inherits (``os.environ`` is
+    Python's copy, taken at start, and misses what a library set since with ``setenv``)."""
+    try:
+        getenv = ctypes.CDLL(None).getenv
+    except (OSError, AttributeError):
+        return os.environ.get(name)
+    getenv.restype = ctypes.c_char_p
+    value = getenv(name.encode())
+    return None if value is None else value.decode(errors="replace")
+
+
+@contextlib.contextmanager
+def users_thread_count_inherited() -> Iterator[None]:
+    """While a new process starts: its ``OMP_NUM_THREADS`` as the user set it, or unset.
+
+    Importing MindSpore (2.10) sets OMP_NUM_THREADS=1 in the C environment where it was unset, and a
+    process started after inherits that (multiprocessing's spawn, subprocess without ``env=``), where
+    :func:`choose` takes it for the user's count: MindSpore's stages of ``compare --only mindspore``
+    ran 1 thread on 2 cores, their report saying "OMP_NUM_THREADS=1"."""
+    inherited, given = _process_environment(THREADS_VARIABLE), os.environ.get(THREADS_VARIABLE)
+    if inherited == given:
+        yield
+        return
+    if given is None:
+        os.unsetenv(THREADS_VARIABLE)
+    else:
+        os.putenv(THREADS_VARIABLE, given)
+    try:
+        yield
+    finally:
+        if inherited is not None:
+            os.putenv(THREADS_VARIABLE, inherited)
+
+
+__all__: List[str] = ["Load", "RECENT_SECONDS", "SAMPLE_SECONDS", "choose", "fix", "measure", "rule", "usable_cores",
+                      "users_thread_count_inherited"]
