@@ -1,5 +1,7 @@
 """The CPU fallbacks let mindone's models run on a plain CPU with the same math as diffusers."""
 
+import os
+
 import numpy as np
 import pytest
 
@@ -280,6 +282,26 @@ def test_once_onednn_has_run_its_instruction_set_stays_and_picks_the_conv():
     machine = int(_new_process("print(library.dnnl_get_effective_cpu_isa())")[0])
     expected = [mindspore_cpu.runtime._ISA_NAMES.get(machine, hex(machine)), str((machine | 0x7) == 0x7), str(machine)]
     assert _new_process(_RUN_A_CONV + _TUNED) == expected
+
+
+_PINNED = ("import os\ncpus = sorted(os.sched_getaffinity(0))\nmindspore_cpu.tune_cpu_runtime(len(cpus), 'every CPU')\n"
+           "pinned = mindspore_cpu.pin_kernel_threads()\n"
+           "tids = {open(f'/proc/self/task/{t}/comm').read().strip(): int(t) for t in os.listdir('/proc/self/task')}\n"
+           "print(cpus == sorted(pinned.values()), all(os.sched_getaffinity(tids[name]) == {cpu} "
+           "for name, cpu in pinned.items()), ','.join(sorted(pinned)))")
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no thread affinity here")
+def test_mindspores_kernel_threads_are_pinned_one_per_cpu_when_they_are_as_many_as_the_cpus():
+    same, each_on_its_own, names = _new_process(_PINNED)
+    assert (same, each_on_its_own) == ("True", "True")
+    assert names.startswith("ActorThread_0")  # the pool that runs its CPU kernels
+
+
+def test_mindspores_kernel_threads_stay_unpinned_when_xrand_gave_it_fewer_threads_than_cpus():
+    if mindspore_cpu.cpu_threads()[0] == len(os.sched_getaffinity(0)):  # not so where pytest-xdist workers share them
+        pytest.skip("this process's kernel threads are as many as its CPUs")
+    assert mindspore_cpu.pin_kernel_threads() == {}
 
 
 # ---------------------------------------------------------------- scheduler and Stable Diffusion operators
