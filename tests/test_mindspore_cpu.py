@@ -285,23 +285,25 @@ def test_once_onednn_has_run_its_instruction_set_stays_and_picks_the_conv():
 
 
 _PINNED = ("import os\ncpus = sorted(os.sched_getaffinity(0))\nmindspore_cpu.tune_cpu_runtime(len(cpus), 'every CPU')\n"
-           "pinned = mindspore_cpu.pin_kernel_threads()\n"
-           "tids = {open(f'/proc/self/task/{t}/comm').read().strip(): int(t) for t in os.listdir('/proc/self/task')}\n"
-           "print(cpus == sorted(pinned.values()), all(os.sched_getaffinity(tids[name]) == {cpu} "
-           "for name, cpu in pinned.items()), ','.join(sorted(pinned)))")
+           "tids = lambda: {open(f'/proc/self/task/{t}/comm').read().strip(): int(t) for t in os.listdir('/proc/self/task')}\n"
+           "with mindspore_cpu.kernel_threads_pinned() as pinned:\n"
+           "    inside = all(os.sched_getaffinity(tids()[name]) == {cpu} for name, cpu in pinned.items())\n"
+           "after = all(os.sched_getaffinity(tids()[name]) == set(cpus) for name in pinned)\n"
+           "print(cpus == sorted(pinned.values()), inside, after, ','.join(sorted(pinned)))")
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no thread affinity here")
-def test_mindspores_kernel_threads_are_pinned_one_per_cpu_when_they_are_as_many_as_the_cpus():
-    same, each_on_its_own, names = _new_process(_PINNED)
-    assert (same, each_on_its_own) == ("True", "True")
+def test_mindspores_kernel_threads_are_pinned_one_per_cpu_while_they_are_as_many_as_the_cpus():
+    each_cpu_once, each_on_its_own, free_after, names = _new_process(_PINNED)
+    assert (each_cpu_once, each_on_its_own, free_after) == ("True", "True", "True")
     assert names.startswith("ActorThread_0")  # the pool that runs its CPU kernels
 
 
 def test_mindspores_kernel_threads_stay_unpinned_when_xrand_gave_it_fewer_threads_than_cpus():
     if mindspore_cpu.cpu_threads()[0] == len(os.sched_getaffinity(0)):  # not so where pytest-xdist workers share them
         pytest.skip("this process's kernel threads are as many as its CPUs")
-    assert mindspore_cpu.pin_kernel_threads() == {}
+    with mindspore_cpu.kernel_threads_pinned() as pinned:
+        assert pinned == {}
 
 
 # ---------------------------------------------------------------- scheduler and Stable Diffusion operators

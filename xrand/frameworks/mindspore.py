@@ -379,21 +379,24 @@ class MindSpore(Framework):
 
         return linear_weights_transposed(vars(pipe).values())
 
+    @contextlib.contextmanager
     def threads(self, load):
-        from ..mindspore_cpu import cpu_threads, pin_kernel_threads
+        from ..mindspore_cpu import cpu_threads, kernel_threads_pinned
         from ..mindspore_cpu.install import on_cpu
 
         if not on_cpu():
-            return contextlib.nullcontext({})
+            yield {}
+            return
         chosen = cpu_threads()
         if chosen is None:
-            return contextlib.nullcontext({"mindspore_threads": "unknown: set outside xrand"})
-        info = {"mindspore_threads": chosen[0],
-                "threads_chosen": f"{chosen[1]} (when set: MindSpore sets them once per process)"}
-        pinned = pin_kernel_threads()
-        if pinned:
-            info["mindspore_threads_pinned"] = ", ".join(f"{name} on CPU {cpu}" for name, cpu in pinned.items())
-        return contextlib.nullcontext(info)
+            yield {"mindspore_threads": "unknown: set outside xrand"}
+            return
+        with kernel_threads_pinned() as pinned:
+            info = {"mindspore_threads": chosen[0],
+                    "threads_chosen": f"{chosen[1]} (when set: MindSpore sets them once per process)"}
+            if pinned:
+                info["mindspore_threads_pinned"] = ", ".join(f"{name} on CPU {cpu}" for name, cpu in pinned.items())
+            yield info
 
     def half_precision(self, dtype):
         if dtype != "bfloat16":

@@ -32,7 +32,7 @@ Modules: :mod:`.ops` (the stand-ins and where each goes), :mod:`.install` (putti
 place and back), :mod:`.runtime` (launch, threads, oneDNN's instruction set).
 """
 from .install import cpu_fallbacks, half_precision, install, installed, uninstall
-from .runtime import cap_onednn_isa, cpu_threads, onednn_isa, pin_kernel_threads, threads_to_set, tune_cpu_runtime
+from .runtime import cap_onednn_isa, cpu_threads, kernel_threads_pinned, onednn_isa, threads_to_set, tune_cpu_runtime
 
-__all__ = ["cap_onednn_isa", "cpu_fallbacks", "cpu_threads", "half_precision", "install", "installed", "onednn_isa",
-           "pin_kernel_threads", "threads_to_set", "tune_cpu_runtime", "uninstall"]
+__all__ = ["cap_onednn_isa", "cpu_fallbacks", "cpu_threads", "half_precision", "install", "installed",
+           "kernel_threads_pinned", "onednn_isa", "threads_to_set", "tune_cpu_runtime", "uninstall"]

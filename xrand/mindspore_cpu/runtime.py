@@ -2,10 +2,12 @@
 own oneDNN capped at AVX2 (where its Conv2D is fast)."""
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import glob
 import os
 import platform
+from typing import Iterator
 
 import mindspore as ms
 
@@ -98,44 +100,49 @@ def threads_to_set() -> bool:
     return on_cpu() and not RuntimeConf.get_instance().is_op_threads_num_configured()
 
 
-def pin_kernel_threads() -> dict[str, int]:
-    """Each thread of MindSpore's kernel pool (``ActorThread_*``, ``KernelThread_*``) on a CPU of
-    its own, where :func:`tune_cpu_runtime` gave it every CPU this process may use (no other
-    process keeps one busy) and the pool is that many; ``{thread: cpu}`` (empty where not, or off
-    Linux).
+@contextlib.contextmanager
+def kernel_threads_pinned() -> Iterator[dict[str, int]]:
+    """Inside the block: each thread of MindSpore's kernel pool (``ActorThread_*``,
+    ``KernelThread_*``) on a CPU of its own, where :func:`tune_cpu_runtime` gave it every CPU this
+    process may use (no other process keeps one busy) and the pool is that many; yields
+    ``{thread: cpu}`` (empty where not, or off Linux). After it, they may run anywhere again.
 
     A parallel kernel hands every part to the pool and its caller waits spinning (``sched_yield``,
     mindrt's ``ThreadPool::ParallelLaunch``), so three threads are busy on 2 CPUs. Left to the
     scheduler, the pool's two shared one CPU in 43% of samples during the SD-1.5-sized model's
     denoising, and its 4 steps took 27-31 s; pinned, 21-24 s, the same numbers bit for bit."""
-    import mindspore as ms
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    pool = _kernel_pool() if _threads is not None and _threads[0] == len(cpus) else {}
+    if not pool or len(pool) != len(cpus):
+        yield {}
+        return
+    pinned = {}
+    try:
+        for (name, tid), cpu in zip(sorted(pool.items()), cpus):
+            with contextlib.suppress(OSError):  # a thread that ended
+                os.sched_setaffinity(tid, {cpu})
+                pinned[name] = cpu
+        yield pinned
+    finally:
+        for name in pinned:
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(pool[name], cpus)
 
+
+def _kernel_pool() -> dict[str, int]:
+    """MindSpore's kernel pool: thread name -> thread id (empty off Linux)."""
     tasks = f"/proc/{os.getpid()}/task"
-    if not hasattr(os, "sched_setaffinity") or not os.path.isdir(tasks):
-        return {}
-    cpus = sorted(os.sched_getaffinity(0))
-    if _threads is None or _threads[0] != len(cpus):
+    if not os.path.isdir(tasks):
         return {}
     (ms.Tensor([0.0]) + 1).asnumpy()  # the pool starts with the first kernel
     pool = {}
     for tid in os.listdir(tasks):
-        try:
+        with contextlib.suppress(OSError):
             with open(f"{tasks}/{tid}/comm") as f:
                 name = f.read().strip()
-        except OSError:
-            continue
-        if name.startswith(("ActorThread_", "KernelThread_")):
-            pool[name] = int(tid)
-    if len(pool) != len(cpus):
-        return {}
-    pinned = {}
-    for (name, tid), cpu in zip(sorted(pool.items()), cpus):
-        try:
-            os.sched_setaffinity(tid, {cpu})
-        except OSError:
-            continue
-        pinned[name] = cpu
-    return pinned
+            if name.startswith(("ActorThread_", "KernelThread_")):
+                pool[name] = int(tid)
+    return pool
 
 
 def cpu_threads() -> tuple[int, str] | None:
