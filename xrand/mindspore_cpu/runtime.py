@@ -7,6 +7,7 @@ import ctypes
 import glob
 import os
 import platform
+import time
 from typing import Iterator
 
 import mindspore as ms
@@ -112,7 +113,7 @@ def kernel_threads_pinned() -> Iterator[dict[str, int]]:
     scheduler, the pool's two shared one CPU in 43% of samples during the SD-1.5-sized model's
     denoising, and its 4 steps took 27-31 s; pinned, 21-24 s, the same numbers bit for bit."""
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    pool = _kernel_pool() if _threads is not None and _threads[0] == len(cpus) else {}
+    pool = _kernel_pool(len(cpus)) if _threads is not None and _threads[0] == len(cpus) else {}
     if not pool or len(pool) != len(cpus):
         yield {}
         return
@@ -129,19 +130,24 @@ def kernel_threads_pinned() -> Iterator[dict[str, int]]:
                 os.sched_setaffinity(pool[name], cpus)
 
 
-def _kernel_pool() -> dict[str, int]:
-    """MindSpore's kernel pool: thread name -> thread id (empty off Linux)."""
+def _kernel_pool(size: int) -> dict[str, int]:
+    """MindSpore's kernel pool: thread name -> thread id (empty off Linux). Waits up to a second
+    for ``size`` of them: each names itself once it first runs."""
     tasks = f"/proc/{os.getpid()}/task"
     if not os.path.isdir(tasks):
         return {}
     (ms.Tensor([0.0]) + 1).asnumpy()  # the pool starts with the first kernel
-    pool = {}
-    for tid in os.listdir(tasks):
-        with contextlib.suppress(OSError):
-            with open(f"{tasks}/{tid}/comm") as f:
-                name = f.read().strip()
-            if name.startswith(("ActorThread_", "KernelThread_")):
-                pool[name] = int(tid)
+    for _ in range(100):
+        pool = {}
+        for tid in os.listdir(tasks):
+            with contextlib.suppress(OSError):
+                with open(f"{tasks}/{tid}/comm") as f:
+                    name = f.read().strip()
+                if name.startswith(("ActorThread_", "KernelThread_")):
+                    pool[name] = int(tid)
+        if len(pool) >= size:
+            break
+        time.sleep(0.01)
     return pool
 
 
