@@ -105,8 +105,9 @@ def threads_to_set() -> bool:
 def kernel_threads_pinned() -> Iterator[dict[str, int]]:
     """Inside the block: each thread of MindSpore's kernel pool (``ActorThread_*``,
     ``KernelThread_*``) on a CPU of its own, where :func:`tune_cpu_runtime` gave it every CPU this
-    process may use (no other process keeps one busy) and the pool is that many; yields
-    ``{thread: cpu}`` (empty where not, or off Linux). After it, they may run anywhere again.
+    process may use (no other process kept one busy, or ``OMP_NUM_THREADS`` says so) and the pool
+    is that many; yields ``{thread: cpu}`` (empty where not, or off Linux). After it, they may run
+    anywhere again.
 
     A parallel kernel hands every part to the pool and its caller waits spinning (``sched_yield``,
     mindrt's ``ThreadPool::ParallelLaunch``), so three threads are busy on 2 CPUs. Left to the
