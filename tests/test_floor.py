@@ -63,7 +63,7 @@ def test_a_floor_is_kept_for_the_same_plan_and_images_and_measured_again_for_oth
     """A floor measured once is read back by a later run of the same plan whose compared images are
     the same bits (xrand compare's second run of a model and settings skips its float64 run); one
     bit of the images, the seed or an unwritable cache measures it again."""
-    from xrand.compare.floor import kept_floor
+    from xrand.compare.floor import floor_kept, kept_floor
 
     monkeypatch.setenv("XRAND_CACHE_DIR", str(tmp_path / "cache"))
     plan = make_plan(Settings(model=DIGITS, steps=2, batch_size=1, seed=1), frameworks=("torch",))
@@ -75,7 +75,9 @@ def test_a_floor_is_kept_for_the_same_plan_and_images_and_measured_again_for_oth
         measured.append(plan.settings.seed)
         return pipeline_floor(loaded, plan, images, keep=False)
 
+    assert not floor_kept(plan)
     first = kept_floor(plan, images, measure)
+    assert floor_kept(plan)  # known before torch's run (MindSpore's own process starts with it then)
     assert first["kept"].startswith(str(tmp_path / "cache" / "torch-floors" / ""))
     assert kept_floor(plan, images, measure) == first and measured == [1]
     assert {key: first[key] for key in ("rel_l2", "max_abs", "how")} == measure() and first["rel_l2"] > 0
@@ -84,6 +86,7 @@ def test_a_floor_is_kept_for_the_same_plan_and_images_and_measured_again_for_oth
     other.flat[0] = np.nextafter(other.flat[0], np.float32(np.inf))
     assert kept_floor(plan, other, lambda: measure(images=other))["kept"] != first["kept"]
     seed = plan.cell(seed=2)
+    assert not floor_kept(seed)
     kept_floor(seed, run(loaded, seed).images, lambda: measure(plan=seed))
     assert measured == [1, 1, 1, 2]
 

@@ -105,18 +105,17 @@ FLOORS = "torch-floors"  # the cache's subfolder (xrand.cache)
 
 
 def kept_floor(plan: Plan, images: np.ndarray, measure: Callable[[], Dict[str, Any]]) -> Dict[str, Any]:
-    """``measure()``, kept in ``$XRAND_CACHE_DIR/torch-floors/KEY.json`` and read from there by later
-    runs of the same key: the plan's identity (configs, weights, settings, seed, noise), torch's
-    device, the versions of xrand (and its source), torch, diffusers and transformers, and the
-    compared run's ``images`` bit for bit (the float64 run starts from the same inputs and noise).
-    The floor says where it is kept (``kept``); where the cache cannot be written it is measured
-    and not kept."""
+    """``measure()``, kept in ``$XRAND_CACHE_DIR/torch-floors/PLAN-IMAGES.json`` and read from there
+    by later runs of the same key: the plan's identity (configs, weights, settings, seed, noise),
+    torch's device, the versions of xrand (and its source), torch, diffusers and transformers
+    (PLAN, :func:`floor_kept`), and the compared run's ``images`` bit for bit (IMAGES: the float64
+    run starts from the same inputs and noise). The floor says where it is kept (``kept``); where
+    the cache cannot be written it is measured and not kept."""
     import hashlib
     import json
 
-    parts = {"plan": plan.identity(), "torch_device": plan.devices.get("torch"), "images": hashlib.sha256(
-        np.ascontiguousarray(images).tobytes()).hexdigest(), **_versions()}
-    path = os.path.join(cache_dir(FLOORS), key_of(parts) + ".json")
+    parts = {**_plan_parts(plan), "images": hashlib.sha256(np.ascontiguousarray(images).tobytes()).hexdigest()}
+    path = os.path.join(cache_dir(FLOORS), f"{key_of(_plan_parts(plan))}-{key_of(parts)}.json")
     try:
         with open(path) as f:
             saved = json.load(f)
@@ -131,6 +130,21 @@ def kept_floor(plan: Plan, images: np.ndarray, measure: Callable[[], Dict[str, A
     except OSError:
         return floor
     return {**floor, "kept": path}
+
+
+def floor_kept(plan: Plan) -> bool:
+    """Whether a floor of ``plan`` is kept (:func:`kept_floor`), asked before torch's run: the
+    images, the rest of its key, come out the same bits each time the plan runs on one machine (a
+    run whose images differ measures its floor anyway)."""
+    start = key_of(_plan_parts(plan)) + "-"
+    try:
+        return any(name.startswith(start) for name in os.listdir(cache_dir(FLOORS)))
+    except OSError:
+        return False
+
+
+def _plan_parts(plan: Plan) -> Dict[str, Any]:
+    return {"plan": plan.identity(), "torch_device": plan.devices.get("torch"), **_versions()}
 
 
 def _versions() -> Dict[str, Optional[str]]:
