@@ -94,12 +94,12 @@ def test_a_process_of_mindspores_side_alone_imports_transformers_without_torch(t
     it as a MindSpore-only machine does, with the same numbers. ``main`` called with its arguments
     (a notebook may run torch's side next) imports it as usual. Neither imports diffusers (its
     import took 0.3-0.6 s of a MindSpore side's run)."""
-    from xrand.compare.stages import _in_own_process
+    from xrand.compare.stages import OwnProcess
 
     # the work is a builtin: a function of this module would import torch with the module
     imported = ("__import__('mindone.diffusers', fromlist=['StableDiffusionPipeline']).StableDiffusionPipeline and "
                 "[name in __import__('sys').modules for name in ('transformers', 'torch', 'diffusers')]")
-    assert _in_own_process(eval, (imported,), "a test", ["mindone.diffusers"]) == [True, False, False]
+    assert OwnProcess(eval, (imported,), "a test", ["mindone.diffusers"]).run() == [True, False, False]
     args = ["run", "--backend", "mindspore", "--model", tiny_model, "--steps", "1", "--batch-size", "1", "--quiet"]
     # printed by an exit handler: the command line's own process ends with its command
     code = ("import atexit, json, sys; from xrand.cli import main; "
@@ -322,6 +322,27 @@ def test_beside_a_busy_process_torch_runs_a_thread_fewer_and_the_side_says_why(t
     assert env["torch_threads"] == rule(cores, busy, most=default) <= max(1, cores - 1)
     assert env["threads_chosen"].startswith(f"{cores} usable cores, other processes kept ")
     assert torch.get_num_threads() == default  # put back after the side
+
+
+def test_a_helpers_cpu_time_is_the_commands_own_not_another_processs_load():
+    """MindSpore's own process, started while torch's side runs (xrand.compare.stages.OwnProcess),
+    keeps a core busy importing its libraries: the command's own work, which must not take a thread
+    from torch's side. Its CPU seconds count as this process's while it is a helper, and as a child
+    that ended once waited for. Measured in CPU time, which other processes' load does not change."""
+    from xrand.frameworks import threads
+
+    process = subprocess.Popen([sys.executable, "-c", "import time\nend = time.process_time() + 0.5\n"
+                                "while time.process_time() < end: pass\ninput()"],
+                               stdin=subprocess.PIPE, text=True)
+    before = threads._own_seconds()
+    with threads.helper(process.pid):
+        while threads._own_seconds() - before < 0.5:
+            assert process.poll() is None
+            time.sleep(0.05)
+        assert threads._own_seconds() - before < 1.0
+    assert threads._own_seconds() - before < 0.4  # a child that runs, not a helper: another's load
+    process.communicate("\n", timeout=60)
+    assert threads._own_seconds() - before >= 0.5  # waited for: its time is in os.times()'s children
 
 
 def test_omp_num_threads_fixes_the_thread_count(tiny_model, monkeypatch):

@@ -300,12 +300,13 @@ def test_a_large_models_mindspore_stages_run_in_one_process_of_their_own_with_th
     command = ["compare", "--model", tiny_model, "--steps", "2", "--batch-size", "1", "--quiet", "--lockstep"]
     assert main([*command, "--out", str(tmp_path / "here")]) == 0
     monkeypatch.setattr(staged, "OWN_PROCESS_BYTES", 0)
+    monkeypatch.setattr(staged, "_starts_ahead", lambda store, groups: True)  # here with lockstep too
     children = []
     real = staged.stages_in_own_process
-    monkeypatch.setattr(staged, "stages_in_own_process", lambda store, names, quiet=True: children.append(names) or
-                        real(store, names, quiet))
+    monkeypatch.setattr(staged, "stages_in_own_process", lambda store, names, quiet=True, started=None:
+                        children.append((names, started is not None)) or real(store, names, quiet, started))
     assert main([*command, "--out", str(tmp_path / "child")]) == 0
-    assert children == [["mindspore weights", "mindspore", "lockstep"]]
+    assert children == [(["mindspore weights", "mindspore", "lockstep"], True)]  # started ahead of them
     here, child = (json.load(open(tmp_path / name / "report.json")) for name in ("here", "child"))
     assert child["final"] == here["final"] and child["noise_floor"] == here["noise_floor"]
     assert [{**w, "seconds": None} for w in (child["weights"], here["weights"])] == [{**here["weights"], "seconds": None}] * 2
@@ -418,6 +419,45 @@ def test_ctrl_c_at_every_stage_of_a_compare_keeps_what_finished_and_the_same_com
                      for name in ("torch", "mindspore")}
     report = json.load(open(os.path.join(out, "report.json")))
     assert report["stages"]["done"] == stages and report["stages"]["missing"] == []
+
+
+def test_ctrl_c_while_mindspores_own_process_waits_or_runs_ends_it_and_says_what_was_kept(mindone, tmp_path):
+    """Where MindSpore's stages run in a process of their own (here: any folder) and the floor is not
+    asked (or kept), that process starts with torch's stages, importing its libraries meanwhile.
+    Ctrl-C (SIGINT to the terminal's whole process group) while it waits, then while it runs its
+    stages: the command says what it kept and exits 130, and the process is gone. Before, that
+    process took the Ctrl-C too: a traceback, a "Fatal Python error" of an import cut short, and
+    multiprocessing's warning of a semaphore it left behind."""
+    out = str(tmp_path / "o")
+    code = ("import sys\n"
+            "import xrand.compare.plan as plan, xrand.compare.stages as stages\n"
+            "plan.OWN_PROCESS_BYTES = stages.OWN_PROCESS_BYTES = 0\n"
+            "from xrand.cli import main\n"
+            "sys.exit(main(sys.argv[1:]))\n")
+    command = [sys.executable, "-c", code, "compare", "--steps", "50", "--batch-size", "1", "--no-noise-floor",
+               "--out", out]
+    for stream, text, kept in (("stdout", "xrand: running torch\n", "torch weights"),  # it waits
+                               ("stderr", "mindspore:", "torch weights, torch, mindspore weights")):  # it runs
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=ctrl_c_reaches_it, start_new_session=True)
+        try:
+            read = ""
+            while not read.endswith(text):  # up to that text: the line of the stage, MindSpore's progress bar
+                read += getattr(proc, stream).read(1)
+                assert proc.poll() is None, read
+            own = [pid for pid in descendants_of(proc.pid) if "spawn_main" in cmdline(pid)]
+            assert len(own) == 1  # started ahead: there while torch's stages run
+            os.killpg(proc.pid, signal.SIGINT)
+            _, stderr = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        last = stderr.strip().splitlines()[-1]
+        assert proc.returncode == 130 and last.endswith(
+            f"xrand compare: interrupted; {kept} kept in {out}/ (run the same command to finish)"), stderr
+        assert not any(word in stderr for word in ("Traceback", "Fatal", "leaked")), stderr
+        assert not alive(own[0])
 
 
 def test_a_sigterm_from_outside_still_ends_the_command_by_sigterm(tmp_path):

@@ -31,8 +31,11 @@ the same plan is not run again; a folder of another plan or other weights is ref
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import gc
 import os
+import signal
 import time
 
 import numpy as np
@@ -42,8 +45,9 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from ..checks import UsageError, differing
 from ..files import json_safe, write_json
 from ..frameworks import framework
-from ..frameworks.interrupts import end_process
-from ..frameworks.threads import measure as measure_load, users_thread_count_inherited
+from ..frameworks.interrupts import ctrl_c_ignored, end_process
+from ..frameworks.quiet import silenced
+from ..frameworks.threads import helper, measure as measure_load, users_thread_count_inherited
 from ..patch import patched
 from ..pipelines.components import model_components
 from ..pipelines.flags import path_flags
@@ -51,7 +55,7 @@ from ..pipelines.folder import component_digests
 from ..pipelines.lora import adapter_name
 from ..pipelines.settings import Settings
 from .boundary import Recording
-from .floor import pipeline_floor
+from .floor import floor_kept, pipeline_floor
 from .component_call import DENOISER, PER_STEP
 from .layers import (LayerOptions, LayerReport, TorchLayers, check_module_names, check_scope, layers_module,
                      mindspore_layers_at_step, torch_layers_at_step)
@@ -584,46 +588,100 @@ RUNS: Dict[str, Callable[[Plan, Store, Any], None]] = {
     "lockstep": _lockstep}
 
 
-def stages_in_own_process(store: Store, names: Sequence[str], quiet: bool = True) -> None:
-    """Run MindSpore's stages ``names`` of a comparison folder in a new process, which loads its
-    pipeline once for all of them, writes what they leave into the folder and ends (giving back
-    everything MindSpore held); ``store`` then reads them back. Its errors come back as they were
-    raised (a ``UsageError`` stays one); stages it finished before one stay in the folder."""
+def stages_in_own_process(store: Store, names: Sequence[str], quiet: bool = True,
+                          started: Optional["OwnProcess"] = None) -> None:
+    """Run MindSpore's stages ``names`` of a comparison folder in a new process (``started``: one
+    started ahead for them, :func:`stages_process`), which loads its pipeline once for all of them,
+    writes what they leave into the folder and ends (giving back everything MindSpore held);
+    ``store`` then reads them back. Its errors come back as they were raised (a ``UsageError``
+    stays one); stages it finished before one stay in the folder."""
     try:
-        _in_own_process(_stages_work, (store.plan, store.asks, store.folder, list(names), quiet),
-                        f"MindSpore's {', '.join(names)}", libraries_of(names))
+        (started or stages_process(store, names, quiet)).run()
     finally:
         store.reread(names)
 
 
-def _in_own_process(work: Callable[..., Any], args: Tuple[Any, ...], what: str, libraries: Sequence[str]) -> Any:
-    """``work(*args)`` in a new process that ends after it, with ``libraries`` patched; what it
-    returned (small: it is pickled)."""
-    import multiprocessing
-
-    context = multiprocessing.get_context("spawn")
-    receive, send = context.Pipe(duplex=False)
-    process = context.Process(target=_child, args=(work, args, send, list(libraries)))
-    with users_thread_count_inherited():
-        process.start()
-    send.close()
-    try:
-        outcome = receive.recv()
-    except EOFError:  # it ended without a word: killed
-        outcome = None
-    process.join()
-    if isinstance(outcome, tuple) and outcome[0] == "done" and process.exitcode == 0:
-        return outcome[1]
-    if isinstance(outcome, tuple) and outcome[0] == "UsageError":
-        raise UsageError(outcome[1])
-    if isinstance(outcome, tuple):
-        raise RuntimeError(f"{what} failed in its process: {outcome[0]}: {outcome[1]}")
-    code = process.exitcode
-    how = f"was killed by signal {-code}" if code is not None and code < 0 else f"ended with exit code {code}"
-    raise RuntimeError(f"{what}'s process {how}" + (" (the out-of-memory killer sends signal 9)" if code == -9 else ""))
+def stages_process(store: Store, names: Sequence[str], quiet: bool = True, ahead: bool = False) -> "OwnProcess":
+    """The process of :func:`stages_in_own_process`, started (``ahead``: importing the pipeline's
+    modules at once, then waiting)."""
+    return OwnProcess(_stages_work, (store.plan, store.asks, store.folder, list(names), quiet),
+                      f"MindSpore's {', '.join(names)}", libraries_of(names),
+                      functools.partial(_import_pipeline, store.plan) if ahead else None)
 
 
-def _child(work: Callable[..., Any], args: Tuple[Any, ...], send: Any, libraries: Sequence[str]) -> None:
+class OwnProcess:
+    """``work(*args)`` in a new process that ends after it, with ``libraries`` patched there; what
+    :meth:`run` returns is what it returned (small: it is pickled). Started ``ahead`` (a callable:
+    while this process runs torch's stages), the new process imports and patches its libraries,
+    calls ``ahead()`` and waits for :meth:`run`. Its CPU time is this command's own
+    (:func:`..frameworks.threads.helper`), not load that torch's side would leave a core to. Ctrl-C
+    is this process's to handle: the new one ignores it, and is ended by :meth:`stop` (also where
+    :meth:`run` is cut short)."""
+
+    def __init__(self, work: Callable[..., Any], args: Tuple[Any, ...], what: str, libraries: Sequence[str],
+                 ahead: Optional[Callable[[], None]] = None) -> None:
+        import multiprocessing
+
+        context = multiprocessing.get_context("spawn")
+        self.what = what
+        self._receive, send = context.Pipe(duplex=False)
+        wait, self._go = context.Pipe(duplex=False) if ahead is not None else (None, None)
+        self.process = context.Process(target=_child, args=(work, args, send, list(libraries), ahead, wait))
+        with users_thread_count_inherited(), ctrl_c_ignored():
+            self.process.start()
+        for end in (send, wait):
+            if end is not None:
+                end.close()
+        self._running = False
+        self._helping = contextlib.ExitStack()
+        self._helping.enter_context(helper(self.process.pid))
+
+    def run(self) -> Any:
+        self._running = True
+        try:
+            if self._go is not None:
+                try:
+                    self._go.send(True)
+                except OSError:  # it ended already: its outcome says how
+                    pass
+            try:
+                outcome = self._receive.recv()
+            except EOFError:  # it ended without a word: killed
+                outcome = None
+            self.process.join()
+        finally:
+            self.stop()
+        if isinstance(outcome, tuple) and outcome[0] == "done" and self.process.exitcode == 0:
+            return outcome[1]
+        if isinstance(outcome, tuple) and outcome[0] == "UsageError":
+            raise UsageError(outcome[1])
+        if isinstance(outcome, tuple):
+            raise RuntimeError(f"{self.what} failed in its process: {outcome[0]}: {outcome[1]}")
+        code = self.process.exitcode
+        how = f"was killed by signal {-code}" if code is not None and code < 0 else f"ended with exit code {code}"
+        raise RuntimeError(f"{self.what}'s process {how}" +
+                           (" (the out-of-memory killer sends signal 9)" if code == -9 else ""))
+
+    def stop(self) -> None:
+        """End the process where it still runs (unrun, or cut short here) and wait for it. Running
+        its work, it is given :data:`STOP_SECONDS` to end through its exit handlers, which take back
+        what it holds outside itself (multiprocessing's semaphores: killed inside MindSpore's stages,
+        it left one that multiprocessing warned of at the command's end); unrun, it is killed."""
+        if self.process.exitcode is None and self._running:
+            self.process.terminate()
+            self.process.join(STOP_SECONDS)
+        if self.process.exitcode is None:
+            self.process.kill()
+            self.process.join()
+        self._helping.close()
+
+
+STOP_SECONDS = 5.0
+
+
+def _child(work: Callable[..., Any], args: Tuple[Any, ...], send: Any, libraries: Sequence[str],
+           ahead: Optional[Callable[[], None]], wait: Optional[Any]) -> None:
+    """The new process of an :class:`OwnProcess`."""
     large_blocks_unmapped_when_freed()
     if "diffusers" not in libraries:  # this process runs MindSpore's side only
         from ..frameworks.mindspore import import_transformers_without_torch
@@ -631,6 +689,13 @@ def _child(work: Callable[..., Any], args: Tuple[Any, ...], send: Any, libraries
         import_transformers_without_torch()
     try:
         with patched(libraries):
+            if ahead is not None:
+                ahead()
+                try:
+                    wait.recv()
+                except EOFError:  # not to run: the command ended, or stopped it
+                    end_process(0)
+            signal.signal(signal.SIGTERM, lambda signum, frame: end_process(128 + signum))  # OwnProcess.stop
             outcome = ("done", work(*args))
     except Exception as exc:
         outcome = (type(exc).__name__, str(exc))
@@ -644,6 +709,17 @@ def _stages_work(plan: Plan, asks: Asks, folder: str, names: Sequence[str], quie
         RUNS[name](plan, store, pipes)
         trim_heap()  # what the stage freed, given back before the next one starts
     pipes.release("mindspore")
+
+
+def _import_pipeline(plan: Plan) -> None:
+    """MindSpore's pipeline class of ``plan`` imported (a lazy attribute of mindone.diffusers,
+    whose first use imports the pipeline's modules), ahead of its load. Only ahead: where that
+    fails, the load says why."""
+    try:
+        with silenced():
+            getattr(framework("mindspore").import_library(), plan.pipeline, None)
+    except Exception:
+        pass
 
 
 # ----------------------------------------------------------------------------- the runner
@@ -730,29 +806,49 @@ def run_stages(store: Store, pipes: Any, frameworks: Sequence[str] = ("torch", "
         return Outcome(comparison_of(store), [s for s in wanted if store.done(s)],
                        [s for s in wanted if not store.done(s)], store.bytes())
 
-    # once for every stage (patching scans every loaded module), and only the libraries that run
-    # in this process: patching imports them (diffusers imports torch)
-    own = _own_process(store, pipes)
-    with patched(libraries_of([s for s in todo if not (own and framework_of(s) == "mindspore")])):
-        for group in _groups(todo):
-            runs_it = framework_of(group[0])
-            if runs_it == "mindspore" and own:
-                pipes.release("torch")
-                say(f"xrand: running {', '.join(group)} (in a process of their own)")
-                stages_in_own_process(store, group, pipes.quiet)
-                on_stage(outcome())
-                continue
-            for name in group:
-                if store.folder is not None:
-                    say(f"xrand: running {name}")
-                RUNS[name](plan, store, pipes)
-                if name == group[-1]:
-                    pipes.release(runs_it)
-                trim_heap()  # what the stage freed, given back before the next one starts
-                on_stage(outcome())
+    own, groups = _own_process(store, pipes), _groups(todo)
+    ahead = stages_process(store, groups[1], pipes.quiet, ahead=True) if own and _starts_ahead(store, groups) \
+        else None
+    try:
+        # once for every stage (patching scans every loaded module), and only the libraries that
+        # run in this process: patching imports them (diffusers imports torch)
+        with patched(libraries_of([s for s in todo if not (own and framework_of(s) == "mindspore")])):
+            for group in groups:
+                runs_it = framework_of(group[0])
+                if runs_it == "mindspore" and own:
+                    pipes.release("torch")
+                    say(f"xrand: running {', '.join(group)} (in a process of their own)")
+                    started, ahead = ahead, None
+                    stages_in_own_process(store, group, pipes.quiet, started)
+                    on_stage(outcome())
+                    continue
+                for name in group:
+                    if store.folder is not None:
+                        say(f"xrand: running {name}")
+                    RUNS[name](plan, store, pipes)
+                    if name == group[-1]:
+                        pipes.release(runs_it)
+                    trim_heap()  # what the stage freed, given back before the next one starts
+                    on_stage(outcome())
+    finally:
+        if ahead is not None:  # a torch stage failed or was cut short
+            ahead.stop()
     for fw in frameworks:
         pipes.release(fw)
     return outcome()
+
+
+AHEAD_OF = {"torch weights", "torch", "floor"}
+
+
+def _starts_ahead(store: Store, groups: Sequence[Sequence[str]]) -> bool:
+    """Whether MindSpore's own process starts with the torch stages ``groups[0]``, importing its
+    libraries beside them (4.6 s of the SD-1.5-sized compare's), for its stages ``groups[1]``: where
+    torch's stages are among :data:`AHEAD_OF`, without lockstep's records, and the floor kept or not
+    asked. Beside the float64 floor, its 0.6 GB took the compare over 1.5x the weights."""
+    if len(groups) < 2 or framework_of(groups[0][0]) != "torch" or store.asks.lockstep:
+        return False
+    return set(groups[0]) <= AHEAD_OF and ("floor" not in groups[0] or floor_kept(store.plan))
 
 
 def libraries_of(stages: Sequence[str]) -> List[str]:

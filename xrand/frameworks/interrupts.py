@@ -7,7 +7,8 @@ mindspore/ccsrc/utils/signal_util.cc; older sources used a ``SignalGuard`` that 
 back). That handler sends the process SIGTERM: measured with strace, Ctrl-C after MindSpore's side
 of a comparison ended the process by SIGTERM (exit 143, no message, no ``finally`` run).
 :func:`keyboard_interrupts` turns that SIGTERM back into what Ctrl-C does in Python;
-:func:`interrupts_deferred` holds a Ctrl-C until the frameworks' imports are done.
+:func:`interrupts_deferred` holds a Ctrl-C until the frameworks' imports are done;
+:func:`ctrl_c_ignored` leaves a Ctrl-C to this process, not to one it starts.
 """
 from __future__ import annotations
 
@@ -97,6 +98,24 @@ def interrupts_deferred() -> Iterator[None]:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     if asked:
         raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def ctrl_c_ignored() -> Iterator[None]:
+    """SIGINT ignored inside the block, for starting a process there: it inherits that (a handler
+    of Python's is not inherited, an ignored signal is), so a Ctrl-C is this process's alone to
+    handle, which ends the new one itself, and not the new one's, which a Ctrl-C cut short inside
+    an import (a traceback and "Fatal Python error" of MindSpore's exit handler). A Ctrl-C inside
+    the block itself is lost. Main thread only (as ``signal``)."""
+    before = signal.getsignal(signal.SIGINT) if threading.current_thread() is threading.main_thread() else None
+    if before is None:  # not the main thread, or a handler not installed from Python: left alone
+        yield
+        return
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def end_process(code: int) -> NoReturn:

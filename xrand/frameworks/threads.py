@@ -72,9 +72,35 @@ def _busy_ticks(cpus: Optional[set]) -> Optional[Tuple[int, int]]:
     return (busy, total) if total else None
 
 
+_helpers: set = set()  # the processes of this command that run beside it (:func:`helper`)
+
+
 def _own_seconds() -> float:
+    """This command's CPU seconds: this process's (every thread), its children's that ended, and
+    its helpers' that still run (another process's seconds, but the command's own work)."""
     t = os.times()
-    return t.user + t.system  # every thread of this process
+    return t.user + t.system + t.children_user + t.children_system + sum(map(_seconds_of, _helpers))
+
+
+def _seconds_of(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+@contextlib.contextmanager
+def helper(pid: int) -> Iterator[None]:
+    """While the block runs, process ``pid`` (a child of this one, which the block waits for) is
+    this command's own work, not another process's load: what it keeps busy leaves this process's
+    threads as they were (MindSpore's process importing its libraries while torch's side runs)."""
+    _helpers.add(pid)
+    try:
+        yield
+    finally:
+        _helpers.discard(pid)
 
 
 def measure(seconds: float = SAMPLE_SECONDS) -> Load:
@@ -164,4 +190,4 @@ def users_thread_count_inherited() -> Iterator[None]:
 
 
 __all__: List[str] = ["Load", "RECENT_SECONDS", "SAMPLE_SECONDS", "choose", "fix", "measure", "rule", "usable_cores",
-                      "users_thread_count_inherited"]
+                      "helper", "users_thread_count_inherited"]
