@@ -843,7 +843,7 @@ AHEAD_OF = {"torch weights", "torch", "floor"}
 
 def _starts_ahead(store: Store, groups: Sequence[Sequence[str]]) -> bool:
     """Whether MindSpore's own process starts with the torch stages ``groups[0]``, importing its
-    libraries beside them (4.6 s of the SD-1.5-sized compare's), for its stages ``groups[1]``: where
+    libraries beside them (4.5 s of the SD-1.5-sized compare's), for its stages ``groups[1]``: where
     torch's stages are among :data:`AHEAD_OF`, without lockstep's records, and the floor kept or not
     asked. Beside the float64 floor, its 0.6 GB took the compare over 1.5x the weights."""
     if len(groups) < 2 or framework_of(groups[0][0]) != "torch" or store.asks.lockstep:

@@ -189,5 +189,5 @@ def users_thread_count_inherited() -> Iterator[None]:
             os.putenv(THREADS_VARIABLE, inherited)
 
 
-__all__: List[str] = ["Load", "RECENT_SECONDS", "SAMPLE_SECONDS", "choose", "fix", "measure", "rule", "usable_cores",
-                      "helper", "users_thread_count_inherited"]
+__all__: List[str] = ["Load", "RECENT_SECONDS", "SAMPLE_SECONDS", "choose", "fix", "helper", "measure", "rule",
+                      "usable_cores", "users_thread_count_inherited"]
