@@ -434,7 +434,7 @@ def test_ctrl_c_while_mindspores_own_process_waits_or_runs_ends_it_and_says_what
             "plan.OWN_PROCESS_BYTES = stages.OWN_PROCESS_BYTES = 0\n"
             "from xrand.cli import main\n"
             "sys.exit(main(sys.argv[1:]))\n")
-    command = [sys.executable, "-c", code, "compare", "--steps", "50", "--batch-size", "1", "--no-noise-floor",
+    command = [sys.executable, "-c", code, "compare", "--steps", "20", "--batch-size", "1", "--no-noise-floor",
                "--out", out]
     for stream, text, kept in (("stdout", "xrand: running torch\n", "torch weights"),  # it waits
                                ("stderr", "mindspore:", "torch weights, torch, mindspore weights")):  # it runs
