@@ -114,8 +114,9 @@ def kept_floor(plan: Plan, images: np.ndarray, measure: Callable[[], Dict[str, A
     import hashlib
     import json
 
-    parts = {**_plan_parts(plan), "images": hashlib.sha256(np.ascontiguousarray(images).tobytes()).hexdigest()}
-    path = os.path.join(cache_dir(FLOORS), f"{key_of(_plan_parts(plan))}-{key_of(parts)}.json")
+    plan_parts = _plan_parts(plan)
+    parts = {**plan_parts, "images": hashlib.sha256(np.ascontiguousarray(images).tobytes()).hexdigest()}
+    path = os.path.join(cache_dir(FLOORS), f"{key_of(plan_parts)}-{key_of(parts)}.json")
     try:
         with open(path) as f:
             saved = json.load(f)

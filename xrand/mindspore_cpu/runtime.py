@@ -115,7 +115,7 @@ def kernel_threads_pinned() -> Iterator[dict[str, int]]:
     denoising, and its 4 steps took 27-31 s; pinned, 21-24 s, the same numbers bit for bit."""
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     pool = _kernel_pool(len(cpus)) if _threads is not None and _threads[0] == len(cpus) else {}
-    if not pool or len(pool) != len(cpus):
+    if len(pool) != len(cpus):
         yield {}
         return
     pinned = {}
