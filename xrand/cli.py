@@ -431,9 +431,9 @@ def _add_settings(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mindspore-mode", default=None, choices=list(MINDSPORE_MODES),
                    help=f"MindSpore execution mode (default {DEFAULT_MINDSPORE_MODE}: compiled once per model and "
                         "machine, kept in $XRAND_CACHE_DIR, default ~/.cache/xrand; but pynative on a CPU for a "
-                        "model of more than 1 GiB of weights, where graph mode needs about 2.5x the weights in "
-                        "memory at 256x256, more at larger images; pynative runs operator by operator, slower on "
-                        "a CPU)")
+                        "model of more than 1 GiB of weights, where graph mode needs about 1.6x the weights in "
+                        "memory while it compiles, pynative about 1.3x; pynative runs operator by operator, slower "
+                        "on a CPU)")
     p.add_argument("--quiet", action="store_true", help="no progress bars; one JSON line of result")
 
 

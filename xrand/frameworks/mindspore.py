@@ -56,19 +56,18 @@ BFLOAT16_ON_CPU = ("MindSpore's CPU kernels lack bfloat16 (MatMul, Conv2D, Group
 #: per step on small models, benchmarks/RESULTS.md figure 5) ...
 DEFAULT_MINDSPORE_MODE = "graph"
 #: ... but PyNative for a model folder of more weights than this on a CPU: there graph mode holds
-#: about 2.5x the weights in memory at 256x256, more at larger images, and PyNative about 1.5x
-#: (figure 10), so that a real-sized comparison fits half the machine; faster steps in graph mode
-#: are the user's choice. Its compiled graphs keep memory that grows with the image: an SD-1.5-sized
-#: UNet's first attention block keeps 0.27 GiB at 256x256, 0.89 GiB at 512x512
-#: (benchmarks/graph_block_memory.py).
+#: about 1.6x the weights while it compiles its graphs, PyNative about 1.3x (an SD-1.5-sized
+#: side at 256x256: 6.06 GiB against 4.98 GiB; with its graphs from the compile cache, 5.03 GiB;
+#: at 512x512, 9.23, 8.10 and 8.21 GiB; README, "graph mode"), so that at 256x256 every stage of a
+#: real-sized comparison keeps within 1.5x the weights; faster steps in graph mode are the user's choice.
 PYNATIVE_ABOVE_BYTES = 1 << 30
 
 
 def large_model_pynative(weights_bytes: int) -> str:
     """Why a large model runs MindSpore PyNative on a CPU, unless graph mode is asked for."""
-    return (f"the model's weights are {weights_bytes / 1e9:.1f} GB: on a CPU graph mode would hold about 2.5x that in "
-            "memory (at 256x256; more at larger images), PyNative about 1.5x; --mindspore-mode graph runs it anyway "
-            "(faster per step once compiled)")
+    return (f"the model's weights are {weights_bytes / 1e9:.1f} GB: on a CPU graph mode would hold about 1.6x that in "
+            "memory while it compiles its graphs, PyNative about 1.3x; --mindspore-mode graph runs it anyway (faster "
+            "per step once compiled; with its graphs from the compile cache it holds about what PyNative holds)")
 
 
 def check_mindspore_mode(mode: Any) -> str:
