@@ -322,7 +322,8 @@ def test_a_graph_holds_nothing_per_linear_layers_bias():
 
     tables_gib = 4096 * 4096 * 16 / 2**30  # 0.25: 4096 rows of 4096 outputs, two tables of 128 MiB
     linear = mint.nn.Linear(256, 4096)
-    inputs = {"add": ms.tensor(np.ones((4096, 4096), np.float32)), "linear": ms.tensor(np.ones((4096, 256), np.float32))}
+    inputs = {"add": ms.tensor(np.ones((4096, 4096), np.float32)),
+              "linear": ms.tensor(np.ones((4096, 256), np.float32))}
     grown = {}
     with mindspore_mode("graph"), linear_weights_transposed([linear]):  # as a pipeline's run
         for name, net in (("add", _RowAdded(linear.bias)), ("linear", linear)):  # the memory pool grows in the first
