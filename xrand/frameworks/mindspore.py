@@ -408,8 +408,8 @@ class MindSpore(Framework):
         import mindspore
 
         # Graph mode keeps each compiled cell's graph and runtime memory (and so the cell) until
-        # told: the pipeline and its graphs' runtime memory, 9.4 GB for a Stable-Diffusion-1.5-sized one at
-        # 256x256 (benchmarks/bench_scale.py)
+        # told: the pipeline and its graphs' runtime memory, 5.0 GiB for a Stable-Diffusion-1.5-sized one at
+        # 256x256 with its graphs from the compile cache (README, "graph mode")
         mindspore.ms_memory_recycle()
         gc.collect()
 
