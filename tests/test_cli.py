@@ -63,7 +63,7 @@ def test_failing_tolerance_exits_1(mindone, tmp_path):
 
 
 #: one error of each kind through a fresh interpreter: argparse's, a setting's, one found while building
-#: the pipeline (test_an_option_the_scheduler_lacks_... runs another, with both sides built, in one too)
+#: the pipeline
 FRESH_PROCESS = {"compare --steps ten", "compare --steps 0", "compare --scheduler flowmatcheulerdiscrete"}
 
 
@@ -121,9 +121,10 @@ def test_user_errors_are_one_line_without_traceback(args, message, tmp_path, mon
     assert os.listdir(tmp_path) == []  # nothing written
 
 
-def test_an_option_the_scheduler_lacks_is_one_line_when_compare_builds_both_sides(mindone, tmp_path):
-    out = xrand_cli("compare", "--scheduler", "euler", "--scheduler-option", "karras=1", "--steps", "1",
-                    cwd=str(tmp_path))
+def test_an_option_the_scheduler_lacks_is_one_line_when_compare_builds_both_sides(mindone, tmp_path, monkeypatch,
+                                                                                  capfd):
+    out = xrand_here(["compare", "--scheduler", "euler", "--scheduler-option", "karras=1", "--steps", "1"], tmp_path,
+                     monkeypatch, capfd)
     lines = out.stderr.strip().splitlines()
     assert out.returncode == 2 and len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
     assert "EulerDiscreteScheduler has no option 'karras'; accepted: config keys num_train_timesteps" in lines[0]

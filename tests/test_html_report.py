@@ -2,10 +2,9 @@
 the pages in a real browser (headless Chromium): no console error, no request, not blank, the
 verdict and the final relative L2 on screen.
 
-The pages come from real runs of the xrand command line on the embedded digits model (the
-scheduler matrix: on a tiny model, conftest's; the sweeps through ``xrand.cli.main`` in the test's
-process, their workers processes of their own); every expected number is read from the JSON those
-runs wrote.
+The pages come from real runs of the xrand command line (``xrand.cli.main`` in the test's process;
+a sweep's workers are processes of their own) on the embedded digits model (the scheduler matrix:
+on a tiny model, conftest's); every expected number is read from the JSON those runs wrote.
 """
 import csv
 import io
@@ -13,7 +12,6 @@ import json
 import math
 import os
 import re
-import subprocess
 import sys
 
 import numpy as np
@@ -24,31 +22,24 @@ from xrand.report.csv import COLUMNS, METRIC_KEYS, MSPROBE_COLUMNS, layers_csv
 
 sys.path.insert(0, os.path.dirname(__file__))
 from browser import Chromium, find_chromium, open_page  # noqa: E402
+from conftest import PYNATIVE  # noqa: E402
 
 
-def xrand_cli(*args):
-    pytest.importorskip("torch")
-    pytest.importorskip("mindone.diffusers")
-    run = subprocess.run([sys.executable, "-m", "xrand", *args, "--quiet"], capture_output=True, text=True,
-                         timeout=900)
-    assert run.returncode == 0, run.stderr
-    return run
-
-
-def xrand_sweep(*args):
-    """``xrand sweep ARGS --quiet`` through ``main`` here: its cells run in worker processes either
-    way; the test's process spares the command's own interpreter and imports."""
+def xrand_here(*args):
+    """``xrand ARGS --quiet`` through ``main`` here, sparing a new interpreter and its imports (a
+    sweep's cells run in worker processes either way); the command line's own process is
+    test_cli's."""
     pytest.importorskip("torch")
     pytest.importorskip("mindone.diffusers")
     from xrand.cli import main
 
-    assert main(["sweep", *args, "--quiet"]) == 0, args
+    assert main([*args, "--quiet"]) == 0, args
 
 
 @pytest.fixture(scope="module")
 def compare_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("html") / "compare"
-    xrand_cli("compare", "--steps", "4", "--batch-size", "2", "--lockstep", "--layers", "--out", str(out))
+    xrand_here("compare", "--steps", "4", "--batch-size", "2", "--lockstep", "--layers", *PYNATIVE, "--out", str(out))
     return out
 
 
@@ -60,7 +51,7 @@ def matrix_dir(scheduler_matrix):
 @pytest.fixture(scope="module")
 def sweep_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("html") / "sweep"
-    xrand_sweep("--seeds", "0-3", "--steps", "4", "--batch-size", "1", "--out", str(out))
+    xrand_here("sweep", "--seeds", "0-3", "--steps", "4", "--batch-size", "1", "--out", str(out))
     return out
 
 
@@ -201,7 +192,7 @@ def test_the_sweep_page_command_reproduces_the_sweep(sweep_dir, tmp_path):
     command = shlex.split(html_module.unescape(re.search(r'<h2 id="command">Reproduce</h2>\s*<pre>(.*?)</pre>',
                                                          page).group(1)))
     assert command[:2] == ["xrand", "sweep"] and command[-2:] == ["--out", "DIR"]
-    xrand_sweep(*command[2:-1], str(tmp_path / "again"))
+    xrand_here("sweep", *command[2:-1], str(tmp_path / "again"))
     rows = [json.loads(line) for line in (sweep_dir / "results.jsonl").read_text().splitlines() if line]
     again = [json.loads(line) for line in (tmp_path / "again" / "results.jsonl").read_text().splitlines() if line]
     key = lambda r: (r["seed"], r["scheduler"])  # noqa: E731

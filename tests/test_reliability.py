@@ -85,12 +85,18 @@ def test_an_unknown_xrand_backend_is_the_same_one_line_error_for_every_command(a
 @pytest.fixture(scope="module")
 def two_torch_runs(tiny_model, tmp_path_factory):
     """Two separate torch runs of the same settings (comparable: other runs, same numbers), written
-    with umask 002."""
+    with umask 002, through ``main`` in this process (a umask is the process's, as a shell's is the
+    command's; reports of a new ``python -m xrand`` under two umasks are the test below's)."""
+    from xrand.cli import main
+
     folder = tmp_path_factory.mktemp("sides")
-    for name in ("a", "b"):
-        out = xrand_cli("run", "--backend", "torch", "--model", tiny_model, "--steps", "2", "--batch-size", "1",
-                        "--quiet", "--out", str(folder / f"{name}.safetensors"), umask=0o002)
-        assert out.returncode == 0, out.stderr
+    umask = os.umask(0o002)
+    try:
+        for name in ("a", "b"):
+            assert main(["run", "--backend", "torch", "--model", tiny_model, "--steps", "2", "--batch-size", "1",
+                         "--quiet", "--out", str(folder / f"{name}.safetensors")]) == 0
+    finally:
+        os.umask(umask)
     return folder
 
 
