@@ -30,6 +30,36 @@ def pytest_sessionstart(session):
         tune_cpu_runtime(threads, f"{cores} usable cores shared by {workers} pytest-xdist workers")
 
 
+#: Each test file's seconds in one run of the suite (benchmarks/RESULTS.md figure 17, 2026-11-29),
+#: for the files over 15 s: pytest-xdist hands out the files with the most tests first, which left
+#: these (few tests, long ones) to the end of the run, where one process ran them while the other
+#: had nothing left.
+FILE_SECONDS = {
+    "test_reliability.py": 138, "test_two_machines.py": 124, "test_families.py": 101, "test_sweep.py": 87,
+    "test_precision.py": 68, "test_graph_cache.py": 59, "test_html_report.py": 58, "test_reproducibility.py": 51,
+    "test_next_families.py": 46, "test_controlnet.py": 43, "test_readme.py": 40, "test_cli.py": 37,
+    "test_pipelines.py": 34, "test_weights.py": 28, "test_recipes.py": 25, "test_mindspore_cpu.py": 24,
+    "test_ops.py": 23, "test_readme_numbers.py": 20, "test_floor.py": 17, "test_tiny_families.py": 15,
+    "test_native_noise.py": 15,
+}
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile`` handing out the longest files first (FILE_SECONDS; the others after them,
+    in pytest-xdist's own order)."""
+    from collections import OrderedDict
+
+    from xdist.scheduler import LoadFileScheduling
+
+    class LongestFirst(LoadFileScheduling):
+        def _assign_work_unit(self, node):
+            order = sorted(self.workqueue, key=lambda scope: -FILE_SECONDS.get(os.path.basename(scope), 0))
+            self.workqueue = OrderedDict((scope, self.workqueue[scope]) for scope in order)
+            super()._assign_work_unit(node)
+
+    return LongestFirst(config, log) if config.getvalue("dist") == "loadfile" else None
+
+
 @pytest.fixture(scope="session")
 def mindone():
     """mindone.diffusers on MindSpore, for a test or fixture that runs MindSpore's side. Where
