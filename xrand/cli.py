@@ -165,9 +165,10 @@ def _compare_in_stages(args, out_dir: str) -> int:
     paths = path_flags()  # files and folders: where they are on this machine
     given = sorted(flag for flag in args.given if flag not in _NOT_SETTINGS and flag not in paths)
     if manifest is not None and not given:  # every setting from the folder
-        if not frameworks:
-            store = Store.as_written(out_dir, manifest)
-        else:
+        store = Store.as_written(out_dir, manifest)
+        if all(store.done(stage) for stage in store.asks.stages()):  # finished: the report, from the folder alone
+            frameworks = []
+        if frameworks:
             values = settings_values(args)
             plan = plan_from_manifest(manifest, frameworks, {field: values[field] for field in paths.values()},
                                       devices=_devices(args.device), mindspore_mode=args.mindspore_mode,
