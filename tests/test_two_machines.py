@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("diffusers")
 
-from conftest import PYNATIVE, make_tiny_model, xrand_each  # noqa: E402
+from conftest import PYNATIVE, make_tiny_model, xrand_each, xrand_here  # noqa: E402
 
 import xrand  # noqa: E402
 from xrand.cli import main  # noqa: E402
@@ -168,7 +168,7 @@ def test_a_finished_folder_is_reported_again_from_the_folder_alone_where_both_fr
     assert again.returncode == 0, again.stderr
     assert again.stdout.splitlines()[-1] == "[]"
     assert "running nothing more here" in again.stdout and "PASS" in again.stdout
-    assert numbers(report(out)) == numbers(first)
+    assert numbers(report(out)) == numbers(first) and report(out)["reproduce"] == first["reproduce"]
 
 
 # -- bad input, nothing lost ---------------------------------------------------------------------------
@@ -189,6 +189,26 @@ def torch_done(tmp_path_factory, torch_only_python):
                "--layers", "--only", "torch", "--out", out)
     assert done.returncode == 0, done.stderr
     return model, out
+
+
+def test_the_reproduce_command_names_the_device_torchs_stages_ran_on_the_other_machine(torch_done, mindone, tmp_path,
+                                                                                       monkeypatch, capfd):
+    """The report written on MindSpore's machine, and again from the finished folder, says where
+    torch's stages ran (as manifest.json's runtime says: here a GPU, written into a copy of a CPU
+    folder), not the device this machine would give torch. Before, both left --device out."""
+    _, done = torch_done
+    out = str(shutil.copytree(done, tmp_path / "o"))
+    with open(os.path.join(out, "manifest.json")) as f:
+        manifest = json.load(f)
+    manifest["runtime"]["torch"]["device"] = "cuda:1"
+    with open(os.path.join(out, "manifest.json"), "w") as f:
+        json.dump(manifest, f)
+    ran = xrand_here(["compare", "--only", "mindspore", "--out", out, *PYNATIVE], tmp_path, monkeypatch, capfd)
+    assert ran.returncode == 0, ran.stderr
+    first = report(out)["reproduce"]
+    os.remove(os.path.join(out, "report.json"))
+    assert main(["compare", "--out", out, "--quiet"]) == 0
+    assert first == report(out)["reproduce"] and first.endswith("--mindspore-mode pynative --device torch=cuda:1")
 
 
 def test_mindspore_stages_before_torchs_records_name_the_missing_stage_and_its_command(

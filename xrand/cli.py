@@ -150,7 +150,7 @@ def _compare_in_stages(args, out_dir: str) -> int:
     from .compare.stages import (Asks, Loading, Store, framework_of, mindspore_in_own_process, plan_from_manifest,
                                   read_manifest, run_stages)
     from .pipelines.flags import path_flags, settings_values
-    from .report.command import plan_command
+    from .report.command import manifest_command, plan_command
     from .report.compare import write_report
 
     frameworks = _frameworks_here(args.only)
@@ -182,8 +182,9 @@ def _compare_in_stages(args, out_dir: str) -> int:
         plan = _plan(args, frameworks=frameworks, layers=_layer_options(args),
                      noise_floor=floor and "torch" in frameworks)
         store = Store(plan, Asks(plan.lockstep, plan.layers, floor, plan.weights_check), out_dir)
-    # report.json's "reproduce", every path absolute (from a folder's manifest alone: what it says)
-    reproduce = plan_command(store.plan, noise_floor=store.asks.noise_floor) if store.plan is not None else None
+    # report.json's "reproduce", every path absolute; the devices the other machine's stages ran on from the folder
+    reproduce = (plan_command(store.plan, noise_floor=store.asks.noise_floor, manifest=store.manifest)
+                 if store.plan is not None else manifest_command(store.manifest, store.tolerance))
 
     written = {}  # the report of the last stage run, which is the finished comparison's
 

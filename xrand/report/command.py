@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import shlex
-from typing import Any, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from ..pipelines.flags import settings_args
 
@@ -69,19 +69,35 @@ def command(settings: Mapping[str, Any], tolerance: float, lockstep: bool = Fals
     return shlex.join(args)
 
 
-def plan_command(plan: Any, noise_floor: Optional[bool] = None) -> str:
+def plan_command(plan: Any, noise_floor: Optional[bool] = None,
+                 manifest: Optional[Mapping[str, Any]] = None) -> str:
     """The ``xrand compare`` command of a :class:`xrand.compare.plan.Plan`, with absolute paths:
     what report.json keeps as ``reproduce`` for a command-line run (``noise_floor``: whether the
-    comparison asks for the floor, where the plan of one machine's stages does not say)."""
+    comparison asks for the floor, where the plan of one machine's stages does not say;
+    ``manifest``: its folder's, which says where the other machine's framework ran)."""
     from dataclasses import asdict
 
     o = plan.layers
     layers = None if o is None else {"step": o.step, "threshold": o.threshold, "dump": list(o.dump),
                                      "dump_dir": o.dump_dir, "scope": list(o.scope), "component": o.component,
                                      "modules": o.modules, "ops": o.ops}
+    devices = {**(_devices_ran(manifest) if manifest is not None else {}), **plan.devices}
     return command(asdict(plan.settings), plan.tolerance, plan.lockstep, layers,
-                   plan.noise_floor if noise_floor is None else noise_floor, plan.mindspore_mode, plan.devices,
+                   plan.noise_floor if noise_floor is None else noise_floor, plan.mindspore_mode, devices,
                    absolute=True)
+
+
+def manifest_command(manifest: Mapping[str, Any], tolerance: float) -> str:
+    """The ``xrand compare`` command of a comparison folder's manifest.json (its settings, what it
+    asks, where each framework's stages ran), with absolute paths: report.json's ``reproduce``
+    where no framework runs (``tolerance``: the comparison's)."""
+    asks, mindspore = manifest["asks"], manifest.get("runtime", {}).get("mindspore") or {}
+    return command(manifest["plan"]["settings"], tolerance, asks["lockstep"], asks["layers"], asks["noise_floor"],
+                   mindspore.get("mode"), _devices_ran(manifest), absolute=True)
+
+
+def _devices_ran(manifest: Mapping[str, Any]) -> Dict[str, Optional[str]]:
+    return {fw: runtime.get("device") for fw, runtime in manifest.get("runtime", {}).items()}
 
 
 def compare_command(report: Mapping[str, Any], absolute: bool = False) -> str:
@@ -150,4 +166,4 @@ def sweep_command(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
     return shlex.join(args + ["--out", "DIR"])
 
 
-__all__ = ["command", "compare_command", "matrix_command", "plan_command", "seed_ranges", "sweep_command"]
+__all__ = ["command", "compare_command", "manifest_command", "matrix_command", "plan_command", "seed_ranges", "sweep_command"]
