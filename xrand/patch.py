@@ -9,7 +9,8 @@ Each target's own parameters are mapped by name, positional or keyword (mindone'
 
 Patching mindone.diffusers while MindSpore targets the CPU also puts :mod:`xrand.mindspore_cpu`'s
 stand-ins for the kernels a CPU lacks in place (and takes them out with the patch), so mindone's
-own pipelines run here as written.
+own pipelines run here as written, and launches MindSpore's operators synchronously, as a
+comparison does (MindSpore takes that before its first operator only: patch before loading).
 """
 from __future__ import annotations
 
@@ -120,12 +121,14 @@ def patch(libraries: Optional[Iterable[str]] = None) -> List[Tuple[str, str]]:
 
 
 def _install_standins() -> None:
-    """mindone's stand-ins for the MindSpore kernels a CPU lacks (nothing off the CPU target)."""
+    """mindone's stand-ins for the MindSpore kernels a CPU lacks, and MindSpore's launch as the
+    compare has it (nothing off the CPU target)."""
     global _standins_ours
     from . import mindspore_cpu
 
     if not mindspore_cpu.installed() and mindspore_cpu.install():
         _standins_ours = True
+    mindspore_cpu.launch_synchronously()  # takes effect before MindSpore's first operator only
 
 
 def _uninstall_standins() -> None:

@@ -61,37 +61,49 @@ def onednn_isa() -> str | None:
 
 
 def tune_cpu_runtime(threads: int | None = None, why: str | None = None) -> bool:
-    """Once per process on a CPU target: synchronous op launch, ``threads`` kernel threads, and
-    MindSpore's oneDNN capped at AVX2 (:func:`cap_onednn_isa`).
+    """Once per process on a CPU target: synchronous op launch and MindSpore's oneDNN capped at
+    AVX2 (:func:`launch_synchronously`), and ``threads`` kernel threads.
 
-    MindSpore's asynchronous PyNative launch costs far more per operator than the operators of a
-    small model on a CPU (README, "MindSpore without Ascend"). Kernel threads default to 25
-    (mindspore/device_context/cpu/op_tuning.py);
+    Kernel threads default to 25 (mindspore/device_context/cpu/op_tuning.py);
     ``threads=None`` uses the CPUs this process may run on; ``why`` says why, for the report
-    (:func:`cpu_threads`). All three can be set only once
-    per process; returns whether the launch or the threads were set now (never off the CPU).
+    (:func:`cpu_threads`). Each can be set only once per process, the launch before MindSpore's
+    first operator; returns whether the launch or the threads were set now (never off the CPU).
     """
     global _threads
     if not on_cpu():
         return False
-    if _onednn_isa is None:
-        cap_onednn_isa()
+    changed = launch_synchronously()
     if threads is None:
         threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
         why = why or "the CPUs this process may use"
-    changed = False
     try:
         ms.device_context.cpu.op_tuning.threads_num(threads)
         _threads = (threads, why or "")
         changed = True
     except RuntimeError:  # "... can not be set repeatedly"
         pass
+    return changed
+
+
+def launch_synchronously() -> bool:
+    """On a CPU target: MindSpore's operators launched synchronously, and its oneDNN capped at AVX2
+    (:func:`cap_onednn_isa`); returns whether the launch was set now.
+
+    MindSpore's asynchronous PyNative launch costs far more per operator than the operators of a
+    small model on a CPU (README, "MindSpore without Ascend"). It takes the setting only before
+    its first operator in the process: set after a pipeline has loaded, MindSpore accepts it and
+    goes on launching asynchronously (MindSpore 2.10: the digits model's 10 PyNative steps 2.5-4.4 s
+    either way, 0.28 s with the launch set before loading).
+    """
+    if not on_cpu():
+        return False
+    if _onednn_isa is None:
+        cap_onednn_isa()
     try:
         ms.runtime.launch_blocking()
-        changed = True
     except RuntimeError:
-        pass
-    return changed
+        return False
+    return True
 
 
 def threads_to_set() -> bool:
