@@ -142,7 +142,8 @@ def main() -> None:
     lines = [
         "# xrand benchmarks", "",
         f"Written by `.venv/bin/python benchmarks/run.py{' --only ' + args.only if args.only else ''}` "
-        f"on {started:%Y-%m-%d %H:%M} UTC in {total / 60:.1f} min. How each figure is measured is said under it; "
+        f"on {started:%Y-%m-%d %H:%M} UTC, on {facts['CPU']}, in {total / 60:.1f} min. How each figure is measured "
+        "is said under it; "
         "times are min / median / max over repeats, the compared calls interleaved within each repeat, and "
         "every verdict uses the median.", "",
         "## Machine", "",
@@ -164,6 +165,8 @@ def main() -> None:
         lines[2:3] = [f"- Figures {', '.join(map(str, numbers))}: " + lines[2][0].lower() + lines[2][1:],
                       f"- Figure(s) {', '.join(map(str, sorted(kept)))} kept from earlier runs, which said:"] + \
                      [f"  {h.removeprefix('- ').strip()}" for h in kept_headers if _still_kept(h, kept)]
+        machine = lines.index("## Machine") + 2
+        lines[machine:machine] = ["The newest run's machine; the CPU of each earlier run is named in its line above.", ""]
     table = summary(sections).splitlines()
     rows = {int(m.group(1)): row for row in table[4:] if (m := re.match(r"\| (\d+)\. ", row))}
     lines += table[:4] + [row for _, row in sorted({**kept_rows, **rows}.items())] + [""]
