@@ -92,7 +92,7 @@ def launch_synchronously() -> bool:
     MindSpore's asynchronous PyNative launch costs far more per operator than the operators of a
     small model on a CPU (README, "MindSpore without Ascend"). It takes the setting only before
     its first operator in the process: set after a pipeline has loaded, MindSpore accepts it and
-    goes on launching asynchronously (MindSpore 2.10: the digits model's 10 PyNative steps 2.5-4.4 s
+    goes on launching asynchronously (MindSpore 2.10: the digits model's 10 PyNative steps 2.5-6.5 s
     either way, 0.28 s with the launch set before loading).
     """
     if not on_cpu():
