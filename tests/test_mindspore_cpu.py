@@ -927,3 +927,22 @@ def test_flash_attention_score_function_matches_torch_sdpa_with_its_scale(fallba
                                     input_layout="BNSD")
     expected = TF.scaled_dot_product_attention(*(torch.from_numpy(t) for t in (q, k, v)))
     np.testing.assert_allclose(out.asnumpy(), expected.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_a_launch_set_synchronous_after_mindspores_first_operator_is_named_in_a_warning():
+    """MindSpore takes its launch setting before its first operator only: set after it, MindSpore
+    runs its operator queue's thread for good and launch_synchronously warns once, naming the fix
+    (before, nothing said so: the README's example ran MindSpore's steps about 10x slower). Before
+    the first operator nothing warns (test_readme: the README's example, patched before loading)."""
+    from conftest import run_python
+
+    code = ("import warnings, mindspore as ms\nfrom xrand import mindspore_cpu\n"
+            "before = mindspore_cpu.launches_asynchronously()\n"
+            "ms.mint.zeros((2, 2)).asnumpy()\n"  # the first operator, launched asynchronously
+            "print(before, mindspore_cpu.launches_asynchronously(), mindspore_cpu.launch_synchronously(),"
+            " mindspore_cpu.launch_synchronously())\n")
+    done = run_python(code)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["False", "True", "False", "False"]
+    warned = [line for line in done.stderr.splitlines() if "RuntimeWarning" in line]
+    assert len(warned) == 1 and "before MindSpore's first operator" in warned[0], done.stderr[-2000:]

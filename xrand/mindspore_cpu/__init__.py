@@ -35,8 +35,9 @@ Modules: :mod:`.ops` (the stand-ins and where each goes), :mod:`.install` (putti
 place and back), :mod:`.runtime` (launch, threads, oneDNN's instruction set).
 """
 from .install import cpu_fallbacks, half_precision, install, installed, uninstall
-from .runtime import (cap_onednn_isa, cpu_threads, kernel_threads_pinned, launch_synchronously, onednn_isa, threads_to_set,
-                      tune_cpu_runtime)
+from .runtime import (cap_onednn_isa, cpu_threads, kernel_threads_pinned, launch_synchronously, launches_asynchronously,
+                      onednn_isa, threads_to_set, tune_cpu_runtime)
 
 __all__ = ["cap_onednn_isa", "cpu_fallbacks", "cpu_threads", "half_precision", "install", "installed",
-           "kernel_threads_pinned", "launch_synchronously", "onednn_isa", "threads_to_set", "tune_cpu_runtime", "uninstall"]
+           "kernel_threads_pinned", "launch_synchronously", "launches_asynchronously", "onednn_isa", "threads_to_set",
+           "tune_cpu_runtime", "uninstall"]

@@ -8,6 +8,7 @@ import glob
 import os
 import platform
 import time
+import warnings
 from typing import Iterator
 
 import mindspore as ms
@@ -67,43 +68,68 @@ def tune_cpu_runtime(threads: int | None = None, why: str | None = None) -> bool
     Kernel threads default to 25 (mindspore/device_context/cpu/op_tuning.py);
     ``threads=None`` uses the CPUs this process may run on; ``why`` says why, for the report
     (:func:`cpu_threads`). Each can be set only once per process, the launch before MindSpore's
-    first operator; returns whether the launch or the threads were set now (never off the CPU).
+    first operator; returns whether MindSpore launches synchronously and the threads were set now
+    (never off the CPU).
     """
     global _threads
     if not on_cpu():
         return False
-    changed = launch_synchronously()
+    synchronous = launch_synchronously()
     if threads is None:
         threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
         why = why or "the CPUs this process may use"
     try:
         ms.device_context.cpu.op_tuning.threads_num(threads)
-        _threads = (threads, why or "")
-        changed = True
     except RuntimeError:  # "... can not be set repeatedly"
-        pass
-    return changed
+        return False
+    _threads = (threads, why or "")
+    return synchronous
 
 
 def launch_synchronously() -> bool:
     """On a CPU target: MindSpore's operators launched synchronously, and its oneDNN capped at AVX2
-    (:func:`cap_onednn_isa`); returns whether the launch was set now.
+    (:func:`cap_onednn_isa`); returns whether MindSpore launches synchronously from now on.
 
     MindSpore's asynchronous PyNative launch costs far more per operator than the operators of a
     small model on a CPU (README, "MindSpore without Ascend"). It takes the setting only before
     its first operator in the process: set after a pipeline has loaded, MindSpore accepts it and
     goes on launching asynchronously (MindSpore 2.10: the digits model's 10 PyNative steps 2.5-6.5 s
-    either way, 0.28 s with the launch set before loading).
+    either way, 0.28 s with the launch set before loading). Then this warns, once, naming the fix.
     """
     if not on_cpu():
         return False
     if _onednn_isa is None:
         cap_onednn_isa()
-    try:
-        ms.runtime.launch_blocking()
-    except RuntimeError:
+    ms.runtime.launch_blocking()
+    if launches_asynchronously():
+        warnings.warn("MindSpore ran an operator in this process before its launch was set synchronous, so it "
+                      "launches asynchronously for good (a small model's PyNative steps about 10x slower); enter "
+                      "xrand.patched(), or call xrand.mindspore_cpu.tune_cpu_runtime(), before MindSpore's first "
+                      "operator", RuntimeWarning, stacklevel=2)
         return False
     return True
+
+
+#: the thread of MindSpore's asynchronous PyNative launch: there from its first operator on where
+#: the launch was not set synchronous before it (MindSpore 2.10; graph mode's queues are others)
+_ASYNC_QUEUE = "frontend_queue"
+
+
+def launches_asynchronously() -> bool:
+    """Whether MindSpore launches its PyNative operators asynchronously in this process, for good:
+    its operator queue's thread runs. False before its first operator, and off Linux."""
+    return _ASYNC_QUEUE in _threads_named().values()
+
+
+def _threads_named() -> dict[int, str]:
+    """This process's threads: thread id -> name (empty off Linux)."""
+    tasks = f"/proc/{os.getpid()}/task"
+    names = {}
+    for tid in os.listdir(tasks) if os.path.isdir(tasks) else []:
+        with contextlib.suppress(OSError):  # a thread that ended
+            with open(f"{tasks}/{tid}/comm") as f:
+                names[int(tid)] = f.read().strip()
+    return names
 
 
 def threads_to_set() -> bool:
@@ -146,18 +172,12 @@ def kernel_threads_pinned() -> Iterator[dict[str, int]]:
 def _kernel_pool(size: int) -> dict[str, int]:
     """MindSpore's kernel pool: thread name -> thread id (empty off Linux). Waits up to a second
     for ``size`` of them: each names itself once it first runs."""
-    tasks = f"/proc/{os.getpid()}/task"
-    if not os.path.isdir(tasks):
+    if not os.path.isdir(f"/proc/{os.getpid()}/task"):
         return {}
     (ms.Tensor([0.0]) + 1).asnumpy()  # the pool starts with the first kernel
     for _ in range(100):
-        pool = {}
-        for tid in os.listdir(tasks):
-            with contextlib.suppress(OSError):
-                with open(f"{tasks}/{tid}/comm") as f:
-                    name = f.read().strip()
-                if name.startswith(("ActorThread_", "KernelThread_")):
-                    pool[name] = int(tid)
+        pool = {name: tid for tid, name in _threads_named().items()
+                if name.startswith(("ActorThread_", "KernelThread_"))}
         if len(pool) >= size:
             break
         time.sleep(0.01)
