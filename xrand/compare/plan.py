@@ -195,7 +195,10 @@ def make_plan(settings: Settings, *, frameworks: Sequence[str] = FRAMEWORKS,
         _check_call_options(settings, recipe, scheduler, library)
     calls = None
     if layers is not None:
-        calls = _denoiser_calls(scheduler, recipe, settings, library)
+        fw = framework(frameworks[0])
+        with fw.running(devices.get(frameworks[0]), "pynative"):
+            fw.prepare()  # the scheduler runs mindone's first operators: MindSpore takes its launch before them only
+            calls = _denoiser_calls(scheduler, recipe, settings, library)
         layers.check(calls)
         held = [name for name in folder.components()
                 if name in ("vae", "controlnet") or name.startswith("text_encoder")]
