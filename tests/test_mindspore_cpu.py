@@ -936,7 +936,7 @@ def test_a_launch_set_synchronous_after_mindspores_first_operator_is_named_in_a_
     the first operator nothing warns (test_readme: the README's example, patched before loading)."""
     from conftest import run_python
 
-    code = ("import warnings, mindspore as ms\nfrom xrand import mindspore_cpu\n"
+    code = ("import mindspore as ms\nfrom xrand import mindspore_cpu\n"
             "before = mindspore_cpu.launches_asynchronously()\n"
             "ms.mint.zeros((2, 2)).asnumpy()\n"  # the first operator, launched asynchronously
             "print(before, mindspore_cpu.launches_asynchronously(), mindspore_cpu.launch_synchronously(),"
