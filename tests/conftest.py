@@ -30,6 +30,18 @@ def pytest_sessionstart(session):
         tune_cpu_runtime(threads, f"{cores} usable cores shared by {workers} pytest-xdist workers")
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _earlier_objects_frozen():
+    """What is alive as a test file starts, after a collection (the libraries' modules above all,
+    over a million objects once torch, MindSpore and both diffusers are in), frozen out of the
+    collector's later walks: each pipeline a comparison drops is followed by ``gc.collect()``, which
+    walked them all again (xrand.frameworks.collector; xrand's own processes freeze their imports)."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
 #: Each test file's seconds in one run of the suite (benchmarks/RESULTS.md figure 17, 2026-11-29),
 #: for the files over 15 s: pytest-xdist hands out the files with the most tests first, which left
 #: these (few tests, long ones) to the end of the run, where one process ran them while the other
@@ -235,6 +247,8 @@ _EACH = r"""
 import json, os, sys
 exec(sys.argv[2])
 from xrand.cli import main
+from xrand.frameworks.collector import freeze_imports
+freeze_imports()  # as main does in a process of its own
 codes = []
 for cwd, args, out, err in json.loads(sys.argv[1]):
     os.chdir(cwd)

@@ -528,6 +528,10 @@ def main(argv: Optional[List[str]] = None) -> int:
 def _command(argv: Optional[List[str]]) -> int:
     parser = build_parser()
     own_process = argv is None  # this process's own command line: the process ends with the command
+    if own_process:
+        from .frameworks.collector import freeze_imports
+
+        freeze_imports()
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
     args.own_process = own_process

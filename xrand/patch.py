@@ -96,6 +96,8 @@ def patch(libraries: Optional[Iterable[str]] = None) -> List[Tuple[str, str]]:
     import importlib
     import importlib.util
 
+    from .frameworks.collector import imports_uncollected
+
     libraries = _check_libraries(libraries)
     with _lock:
         replacements, done = [], []
@@ -106,7 +108,8 @@ def patch(libraries: Optional[Iterable[str]] = None) -> List[Tuple[str, str]]:
             if importlib.util.find_spec(top) is None:
                 continue
             try:
-                module = importlib.import_module(module_name)
+                with imports_uncollected():
+                    module = importlib.import_module(module_name)
             except ImportError:
                 continue  # e.g. mindone installed without a working MindSpore
             original = getattr(module, name)

@@ -45,6 +45,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from ..checks import UsageError, differing
 from ..files import json_safe, write_json
 from ..frameworks import framework
+from ..frameworks.collector import freeze_imports, imports_uncollected
 from ..frameworks.interrupts import ctrl_c_ignored, end_process
 from ..frameworks.quiet import silenced
 from ..frameworks.threads import helper, measure as measure_load, users_thread_count_inherited
@@ -683,6 +684,7 @@ def _child(work: Callable[..., Any], args: Tuple[Any, ...], send: Any, libraries
            ahead: Optional[Callable[[], None]], wait: Optional[Any]) -> None:
     """The new process of an :class:`OwnProcess`."""
     large_blocks_unmapped_when_freed()
+    freeze_imports()
     if "diffusers" not in libraries:  # this process runs MindSpore's side only
         from ..frameworks.mindspore import import_transformers_without_torch
 
@@ -716,7 +718,7 @@ def _import_pipeline(plan: Plan) -> None:
     whose first use imports the pipeline's modules), ahead of its load. Only ahead: where that
     fails, the load says why."""
     try:
-        with silenced():
+        with silenced(), imports_uncollected():
             getattr(framework("mindspore").import_library(), plan.pipeline, None)
     except Exception:
         pass

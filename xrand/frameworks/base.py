@@ -19,6 +19,7 @@ import numpy as np
 
 from ..checks import UsageError, module_installed
 from ..registry import backend
+from .collector import imports_uncollected
 from .quiet import silenced
 from .threads import Load
 
@@ -51,7 +52,7 @@ class Framework:
     def import_library(self) -> Any:
         """The diffusion library; a usage error saying what to install where it cannot be imported."""
         try:
-            with silenced():
+            with silenced(), imports_uncollected():
                 self.before_import()
                 return importlib.import_module(self.library)
         except ImportError as exc:
@@ -103,7 +104,8 @@ class Framework:
         library = self.import_library()
         with self.running(device, "pynative"), silenced(), self.loading():
             self.prepare()
-            cls = getattr(library, cls_name)  # a lazy attribute: imports the pipeline's modules (chatty)
+            with imports_uncollected():
+                cls = getattr(library, cls_name)  # a lazy attribute: imports the pipeline's modules (chatty)
             dtype_argument = {self._dtype_argument: self.dtype(dtype)}
             with _load_errors(single_file or path, self.library):
                 if single_file is None:

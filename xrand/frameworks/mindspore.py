@@ -44,6 +44,7 @@ import numpy as np
 from ..cache import cache_dir, key_of, source_digest
 from ..checks import check_choice
 from .base import Framework
+from .collector import imports_uncollected
 from .quiet import silenced
 from .threads import choose as choose_threads, measure as measure_load
 
@@ -113,7 +114,7 @@ def import_transformers_without_torch() -> None:
         return
     os.environ["USE_TORCH"] = "0"  # read once, when transformers is imported
     try:
-        with silenced():  # as the library's own import; transformers says it found no torch
+        with silenced(), imports_uncollected():  # as the library's own import; transformers says it found no torch
             importlib.import_module("transformers")
     except ImportError:  # said in the usual words where mindone imports it
         pass

@@ -10,6 +10,7 @@ import time
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from ..checks import UsageError
+from ..frameworks.collector import freeze_imports
 from ..frameworks.interrupts import end_process
 from .cells import KILL_DIR, KILL_HOOK, CellRunner, _first_line, _load_error, run_cell
 from .config import Cell, SweepConfig
@@ -142,6 +143,7 @@ def _local_worker(conn, config: SweepConfig, log_path: str, parent: int) -> None
     """A local worker process: load once, then answer cells until the pipe closes or the sweep
     process ``parent`` is gone."""
     die_with_parent(parent)
+    freeze_imports()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(log, 1)
@@ -236,6 +238,7 @@ class _RayWorker:
 
     def __init__(self, config: SweepConfig) -> None:
         self.error = None
+        freeze_imports()  # the actor's process is its own
         try:
             self.runner = CellRunner(config)
         except Exception as exc:
