@@ -31,11 +31,12 @@ class CellRunner:
 
     def __init__(self, config: SweepConfig) -> None:
         from ..compare import load_pair
+        from ..frameworks.collector import imports_uncollected
         from ..frameworks.quiet import silenced
         from ..frameworks.threads import fix as fix_threads
         from ..mindspore_cpu import tune_cpu_runtime
 
-        with silenced():
+        with silenced(), imports_uncollected():
             import mindspore  # noqa: F401
             import torch
 
