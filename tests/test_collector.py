@@ -57,7 +57,7 @@ def test_in_a_users_process_nothing_is_frozen():
                              "on after": True, "off after where it was off": True}
 
 
-def test_a_comparisons_own_process_never_freezes_a_pipeline_it_loads():
+def test_a_comparisons_own_process_never_freezes_a_pipeline_it_loads(mindone):
     """The command line's process loads torch's pipeline, drops it for MindSpore's (whose first load
     imports mindone's pipeline modules: a block that freezes), then drops that: each pipeline is in
     the collector's care at its drop (not frozen) and is gone after it."""
