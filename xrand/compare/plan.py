@@ -189,15 +189,15 @@ def make_plan(settings: Settings, *, frameworks: Sequence[str] = FRAMEWORKS,
                    if getattr(settings, name) is not None}
     input_files.update(_lora_files(settings, recipe, frameworks))
 
-    library = framework(frameworks[0]).import_library()  # option keys are checked against the class
+    first = framework(frameworks[0])
+    library = first.import_library()  # option keys are checked against the class
     scheduler = _scheduler_plan(settings, folder, recipe, library)
     if settings.call_options:
         _check_call_options(settings, recipe, scheduler, library)
     calls = None
     if layers is not None:
-        fw = framework(frameworks[0])
-        with fw.running(devices.get(frameworks[0]), "pynative"):
-            fw.prepare()  # the scheduler runs mindone's first operators: MindSpore takes its launch before them only
+        with first.running(devices.get(frameworks[0]), "pynative"):
+            first.prepare()  # the scheduler runs mindone's first operators: MindSpore takes its launch before them only
             calls = _denoiser_calls(scheduler, recipe, settings, library)
         layers.check(calls)
         held = [name for name in folder.components()
