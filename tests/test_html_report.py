@@ -51,7 +51,7 @@ def matrix_dir(scheduler_matrix):
 @pytest.fixture(scope="module")
 def sweep_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("html") / "sweep"
-    xrand_here("sweep", "--seeds", "0-3", "--steps", "4", "--batch-size", "1", "--out", str(out))
+    xrand_here("sweep", "--seeds", "0-3", "--steps", "4", "--batch-size", "1", *PYNATIVE, "--out", str(out))
     return out
 
 

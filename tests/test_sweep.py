@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import ctrl_c_reaches_it
+from conftest import PYNATIVE, ctrl_c_reaches_it
 from xrand.checks import UsageError
 from xrand.cli import default_model, main
 from xrand.compare import make_plan
@@ -55,7 +55,10 @@ def kill_hook(tmp_path, spec):
 # -- runs shared by the tests below ---------------------------------------------------------------------
 # Four sweeps, started side by side: a worker runs one thread, so a 1-worker sweep leaves a core
 # to the others, and starting a worker (importing torch, MindSpore and both diffusers) is most of
-# each sweep's time. Each worker loads the pipelines once.
+# each sweep's time. Each worker loads the pipelines once. The 2-worker sweep runs MindSpore in
+# its default mode, graph (its two workers compile the same graph at once, its retries load it);
+# the others PyNative, the same bits on a CPU (tests/test_families.py), without a compile of 3 to
+# 8 s per scheduler and worker for cells of 2 steps.
 def start_sweep(*args, env=None):
     return subprocess.Popen([sys.executable, "-m", "xrand", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=dict(os.environ, **(env or {})), preexec_fn=ctrl_c_reaches_it)
@@ -88,7 +91,7 @@ def sweeps(tmp_path_factory, mindone):
     runs, running, ray = {}, [], None
     try:
         out = str(tmp_path_factory.mktemp("one") / "sweep")
-        one = [*SWEEP, *TWO, "--seeds", "0-3", "--out", out]
+        one = [*SWEEP, *TWO, *PYNATIVE, "--seeds", "0-3", "--out", out]
         first = start_sweep(*one)
         running.append(("one", first))
         tmp = tmp_path_factory.mktemp("two")
@@ -103,7 +106,7 @@ def sweeps(tmp_path_factory, mindone):
             ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
             tmp = tmp_path_factory.mktemp("ray")
             runs["ray"] = {"out": str(tmp / "sweep")}
-            running.append(("ray", start_sweep(*SWEEP, *TWO, "--seeds", "0-3", "--workers", "2", "--engine", "ray",
+            running.append(("ray", start_sweep(*SWEEP, *TWO, *PYNATIVE, "--seeds", "0-3", "--workers", "2", "--engine", "ray",
                                                "--ray-address", ray.get_runtime_context().gcs_address, "--out",
                                                runs["ray"]["out"], "--quiet", env=kill_hook(tmp, f"3@{EULER_A}:1"))))
         results = os.path.join(out, "results.jsonl")
@@ -240,7 +243,7 @@ def test_ray_retries_a_dead_actor_elsewhere(on_ray):
 def test_a_folder_of_other_settings_is_refused_naming_the_difference(one_worker, capsys):
     out = one_worker["out"]
     before = {name: open(os.path.join(out, name), "rb").read() for name in os.listdir(out)}
-    code = main([*SWEEP, "--eta", "1", "--seeds", "0-3", "--out", out])
+    code = main([*SWEEP, *PYNATIVE, "--eta", "1", "--seeds", "0-3", "--out", out])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1
     assert "holds a sweep with other settings (eta: 0.0 in the folder, 1.0 now)" in err[0]
