@@ -25,6 +25,7 @@ from ..checks import UsageError, UsageTypeError
 from ..files import json_safe
 from ..frameworks import (BFLOAT16_ON_CPU, DEFAULT_MINDSPORE_MODE, FRAMEWORKS, PYNATIVE_ABOVE_BYTES, check_framework,
                           check_mindspore_mode, framework, large_model_pynative)
+from ..frameworks.base import library_class
 from ..frameworks.quiet import silenced
 from ..pipelines import schedulers
 from ..pipelines.components import COMPONENT_DTYPES_PYNATIVE, model_components
@@ -235,9 +236,8 @@ def _lora_files(settings: Settings, recipe: Recipe, frameworks: Sequence[str]) -
     import importlib.util
 
     check_lora_files(settings.loras)
-    with silenced():  # the first use of a pipeline class imports its module
-        takes = all(hasattr(getattr(framework(fw).import_library(), recipe.pipeline), "load_lora_weights")
-                    for fw in frameworks)
+    takes = all(hasattr(library_class(framework(fw).import_library(), recipe.pipeline), "load_lora_weights")
+                for fw in frameworks)
     if not takes:
         raise UsageError(f"--lora: {recipe.pipeline} loads no LoRA (it has no load_lora_weights); LoRAs load into "
                          "the pipelines of Stable Diffusion, SDXL, SD3 and Flux")
@@ -337,8 +337,7 @@ def _check_call_options(settings: Settings, recipe: Recipe, scheduler: Scheduler
     if not recipe.runs_library_pipeline(scheduler.cls, settings.dtype):
         raise UsageError(f"call options ({', '.join(settings.call_options)}) go to {recipe.pipeline}'s call, which "
                          f"a run with {scheduler.cls} does not make (it runs xrand's denoising loop)")
-    with silenced():  # the first use of a pipeline class imports its module
-        call = getattr(library, recipe.pipeline).__call__
+    call = library_class(library, recipe.pipeline).__call__
     parameters = [name for name, p in inspect.signature(call).parameters.items()
                   if name != "self" and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
     recipe.check_call_options(settings, parameters)
@@ -356,8 +355,7 @@ def _denoiser_calls(scheduler: SchedulerPlan, recipe: Recipe, settings: Settings
     built.set_timesteps(settings.steps, **({"mu": scheduler.config.get("base_shift", 0.5)} if needs_mu else {}))
     if "strength" not in recipe.inputs:
         return len(built.timesteps)
-    with silenced():  # the first use of a pipeline class imports its module
-        pipeline = getattr(library, recipe.pipeline)
+    pipeline = library_class(library, recipe.pipeline)
     strength = settings.strength
     if strength is None:  # the call's default (0.8 for StableDiffusionImg2ImgPipeline, 1.0 for inpainting...)
         strength = inspect.signature(pipeline.__call__).parameters["strength"].default

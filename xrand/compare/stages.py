@@ -45,9 +45,9 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from ..checks import UsageError, differing
 from ..files import json_safe, write_json
 from ..frameworks import framework
-from ..frameworks.collector import freeze_imports, imports_uncollected
+from ..frameworks.base import library_class
+from ..frameworks.collector import freeze_imports
 from ..frameworks.interrupts import ctrl_c_ignored, end_process
-from ..frameworks.quiet import silenced
 from ..frameworks.threads import helper, measure as measure_load, users_thread_count_inherited
 from ..patch import patched
 from ..pipelines.components import model_components
@@ -718,8 +718,7 @@ def _import_pipeline(plan: Plan) -> None:
     whose first use imports the pipeline's modules), ahead of its load. Only ahead: where that
     fails, the load says why."""
     try:
-        with silenced(), imports_uncollected():
-            getattr(framework("mindspore").import_library(), plan.pipeline, None)
+        library_class(framework("mindspore").import_library(), plan.pipeline)
     except Exception:
         pass
 

@@ -27,6 +27,14 @@ from .threads import Load
 _PARAMETERS: Dict[type, Optional[set]] = {}  # a module class -> the names its forward takes (None: any)
 
 
+def library_class(library: Any, name: str) -> Any:
+    """``library.NAME``, a pipeline class of diffusers or mindone.diffusers: a lazy attribute whose
+    first use imports the pipeline's modules, which print; so quietly, and with the collector off
+    (:func:`.collector.imports_uncollected`)."""
+    with silenced(), imports_uncollected():
+        return getattr(library, name)
+
+
 @contextlib.contextmanager
 def _load_errors(model: str, library: str) -> Iterator[None]:
     """A model that fails to load (corrupt weights, bad config) is a usage error."""
@@ -104,8 +112,7 @@ class Framework:
         library = self.import_library()
         with self.running(device, "pynative"), silenced(), self.loading():
             self.prepare()
-            with imports_uncollected():
-                cls = getattr(library, cls_name)  # a lazy attribute: imports the pipeline's modules (chatty)
+            cls = library_class(library, cls_name)
             dtype_argument = {self._dtype_argument: self.dtype(dtype)}
             with _load_errors(single_file or path, self.library):
                 if single_file is None:
