@@ -22,7 +22,6 @@ os.environ["OMP_NUM_THREADS"] = "1"  # before torch and MindSpore are imported: 
 
 import argparse
 import difflib
-import functools
 import importlib.util
 import re
 import sys
