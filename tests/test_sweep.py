@@ -106,8 +106,9 @@ def sweeps(tmp_path_factory, mindone):
             ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
             tmp = tmp_path_factory.mktemp("ray")
             runs["ray"] = {"out": str(tmp / "sweep")}
-            running.append(("ray", start_sweep(*SWEEP, *TWO, *PYNATIVE, "--seeds", "0-3", "--workers", "2", "--engine", "ray",
-                                               "--ray-address", ray.get_runtime_context().gcs_address, "--out",
+            address = ray.get_runtime_context().gcs_address
+            running.append(("ray", start_sweep(*SWEEP, *TWO, *PYNATIVE, "--seeds", "0-3", "--workers", "2",
+                                               "--engine", "ray", "--ray-address", address, "--out",
                                                runs["ray"]["out"], "--quiet", env=kill_hook(tmp, f"3@{EULER_A}:1"))))
         results = os.path.join(out, "results.jsonl")
         while first.poll() is None and not (os.path.exists(results) and os.path.getsize(results) > 0):
