@@ -264,6 +264,7 @@ def test_report_and_pictures_are_written_and_valid(eta1_comparison, ms, tmp_path
     assert isinstance(a["torch_threads"], int) and isinstance(b["mindspore_threads"], int)
     assert "usable cores" in a["threads_chosen"] and "once per process" in b["threads_chosen"]
     assert all(len(e["load_average"]) == 3 and e["other_processes_busy_cores"] >= 0 for e in (a, b))
+    assert a["usable_cpus"] == b["usable_cpus"] == len(os.sched_getaffinity(0))  # MindSpore's last bits move with them
     import matplotlib.image
 
     for name in ("comparison.png", "divergence.png"):

@@ -23,6 +23,7 @@ def fingerprint(frameworks: Optional[Iterable[str]] = None) -> Dict[str, Any]:
         "machine": platform.machine(),
         "processor": _cpu_model(),
         "cpu_count": os.cpu_count(),
+        "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "numpy": np.__version__,
         "xrand_full_determinism": full_determinism_enabled(),
     }
