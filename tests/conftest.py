@@ -1,3 +1,4 @@
+import contextlib
 import importlib.util
 import os
 import signal
@@ -12,14 +13,16 @@ import xrand.registry
 def pytest_sessionstart(session):
     """MindSpore's CPU runtime set up as xrand's MindSpore side sets it up in a new process, before
     any test runs a kernel (synchronous launch, oneDNN at AVX2: the conv fallback users get), so
-    no test depends on which test ran first. Under pytest-xdist each worker runs its share of the
-    cores' kernel threads, torch's and MindSpore's (one each on 2 cores, as a sweep worker runs):
-    more threads than free cores wait on each other (xrand/frameworks/threads.py); the suite took
-    610 s where both workers ran two each 672 s (1.8 of 4.6 minutes of system time saved)."""
+    no test depends on which test ran first. Under pytest-xdist each worker runs on its share of the
+    cores (:func:`own_cores`) and as many kernel threads, torch's and MindSpore's (one each on 2
+    cores, as a sweep worker runs): more threads than free cores wait on each other
+    (xrand/frameworks/threads.py); the suite took 610 s where both workers ran two each 672 s (1.8
+    of 4.6 minutes of system time saved)."""
     from xrand.frameworks.threads import usable_cores
 
     cores, workers = usable_cores(), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     threads = max(1, cores // workers)
+    own_cores(workers)
     if importlib.util.find_spec("torch") is not None:
         import torch
 
@@ -28,6 +31,43 @@ def pytest_sessionstart(session):
         from xrand.mindspore_cpu import tune_cpu_runtime
 
         tune_cpu_runtime(threads, f"{cores} usable cores shared by {workers} pytest-xdist workers")
+
+
+#: The CPUs the run started with, before :func:`own_cores` gave this worker its share.
+ALL_CPUS = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_setaffinity") else []
+
+
+def own_cores(workers):
+    """Under pytest-xdist, this worker (its threads, and the processes its tests start) on CPUs of
+    its own: its share of :data:`ALL_CPUS`, the last worker taking any left over. MindSpore's CPU
+    pool has two threads at least, one spinning (``sched_yield``) while the other works, so a
+    worker's MindSpore steps took the other worker's core: 50 PyNative steps of the digits model at
+    one kernel thread took 5.5 s and 8.1 CPU seconds on 2 CPUs, 5.2 s and 5.1 on one. The suite took
+    420 s (136 s of system time), each worker on its own core 382 s (63 s)."""
+    index = os.environ.get("PYTEST_XDIST_WORKER", "gw")[2:]
+    share = len(ALL_CPUS) // workers
+    if not index.isdigit() or share < 1 or workers < 2:
+        return
+    first = int(index) * share
+    mine = set(ALL_CPUS[first:first + share] if int(index) < workers - 1 else ALL_CPUS[first:])
+    for tid in os.listdir("/proc/self/task"):  # threads started already (a library's pool) too
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(int(tid), mine)
+
+
+@contextlib.contextmanager
+def every_cpu():
+    """Inside the block, this thread and the processes it starts (they inherit its CPUs) on every
+    CPU of the run, where a test needs them all: MindSpore's last bits move with the CPUs it may
+    use, even at one kernel thread (2 steps of the digits model at batch 1: images 7.5e-7 apart)."""
+    own = os.sched_getaffinity(0) if ALL_CPUS else None
+    if own is not None:
+        os.sched_setaffinity(0, ALL_CPUS)
+    try:
+        yield
+    finally:
+        if own is not None:
+            os.sched_setaffinity(0, own)
 
 
 @pytest.fixture(autouse=True, scope="module")

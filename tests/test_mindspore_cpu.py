@@ -1,9 +1,9 @@
 """The CPU fallbacks let mindone's models run on a plain CPU with the same math as diffusers."""
 
-import os
-
 import numpy as np
 import pytest
+
+from conftest import ALL_CPUS, every_cpu
 
 ms = pytest.importorskip("mindspore")
 pytest.importorskip("mindone")
@@ -292,18 +292,18 @@ _PINNED = ("import os\ncpus = sorted(os.sched_getaffinity(0))\nmindspore_cpu.tun
            "print(cpus == sorted(pinned.values()), inside, after, ','.join(sorted(pinned)))")
 
 
-@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
-                    reason="no thread affinity here, or one CPU (MindSpore's pool has two threads)")
+@pytest.mark.skipif(len(ALL_CPUS) < 2, reason="no thread affinity here, or one CPU (MindSpore's pool has two threads)")
 def test_mindspores_kernel_threads_are_pinned_one_per_cpu_while_they_are_as_many_as_the_cpus():
-    each_cpu_once, each_on_its_own, free_after, names = _new_process(_PINNED)
+    with every_cpu():  # as many kernel threads as CPUs: every CPU of the machine, not a pytest-xdist worker's
+        each_cpu_once, each_on_its_own, free_after, names = _new_process(_PINNED)
     assert (each_cpu_once, each_on_its_own, free_after) == ("True", "True", "True")
     assert names.startswith("ActorThread_0")  # the pool that runs its CPU kernels
 
 
 def test_mindspores_kernel_threads_stay_unpinned_when_xrand_gave_it_fewer_threads_than_cpus():
-    if mindspore_cpu.cpu_threads()[0] == len(os.sched_getaffinity(0)):  # not so where pytest-xdist workers share them
+    if mindspore_cpu.cpu_threads()[0] >= len(ALL_CPUS):  # not so where pytest-xdist workers share them
         pytest.skip("this process's kernel threads are as many as its CPUs")
-    with mindspore_cpu.kernel_threads_pinned() as pinned:
+    with every_cpu(), mindspore_cpu.kernel_threads_pinned() as pinned:  # more CPUs than kernel threads
         assert pinned == {}
 
 

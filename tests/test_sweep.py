@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import PYNATIVE, ctrl_c_reaches_it
+from conftest import PYNATIVE, ctrl_c_reaches_it, every_cpu
 from xrand.checks import UsageError
 from xrand.cli import default_model, main
 from xrand.compare import make_plan
@@ -90,40 +90,44 @@ def sweeps(tmp_path_factory, mindone):
     last cell (seed 3, Euler ancestral) is killed once, the other retries it."""
     runs, running, ray = {}, [], None
     try:
-        out = str(tmp_path_factory.mktemp("one") / "sweep")
-        one = [*SWEEP, *TWO, *PYNATIVE, "--seeds", "0-3", "--out", out]
-        first = start_sweep(*one)
-        running.append(("one", first))
-        tmp = tmp_path_factory.mktemp("two")
-        runs["two"] = {"out": str(tmp / "sweep")}
-        running.append(("two", start_sweep(*SWEEP, "--seeds", "0-3", "--workers", "2", "--out", runs["two"]["out"],
-                                           "--quiet", env=kill_hook(tmp, "3:2"))))
-        try:
-            import ray
-        except ImportError:
-            ray = None
-        if ray is not None:
-            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
-            tmp = tmp_path_factory.mktemp("ray")
-            runs["ray"] = {"out": str(tmp / "sweep")}
-            address = ray.get_runtime_context().gcs_address
-            running.append(("ray", start_sweep(*SWEEP, *TWO, *PYNATIVE, "--seeds", "0-3", "--workers", "2",
-                                               "--engine", "ray", "--ray-address", address, "--out",
-                                               runs["ray"]["out"], "--quiet", env=kill_hook(tmp, f"3@{EULER_A}:1"))))
-        results = os.path.join(out, "results.jsonl")
-        while first.poll() is None and not (os.path.exists(results) and os.path.getsize(results) > 0):
-            time.sleep(0.05)
-        first.send_signal(signal.SIGINT)
-        stdout, stderr = first.communicate(timeout=120)
-        kept = rows_of(out)
-        with open(results, "a") as f:
-            f.write('{"seed": 3, "scheduler": "DDIMSch')  # what a run killed mid-write leaves
-        # the resumed run through main here, while the others run
-        runs["one"] = {"out": out, "first": (first.returncode, stdout, stderr), "kept": kept,
-                       "second": sweep_here(*one, "--quiet")}
-        for name, proc in running:
-            if name != "one":
-                runs[name]["proc"] = finish(proc)
+        # on every CPU (conftest.every_cpu), as a user runs them, and each run's workers on the same
+        # CPUs: four sweeps at once on one pytest-xdist worker's core took 59 s, not 38
+        with every_cpu():
+            out = str(tmp_path_factory.mktemp("one") / "sweep")
+            one = [*SWEEP, *TWO, *PYNATIVE, "--seeds", "0-3", "--out", out]
+            first = start_sweep(*one)
+            running.append(("one", first))
+            tmp = tmp_path_factory.mktemp("two")
+            runs["two"] = {"out": str(tmp / "sweep")}
+            running.append(("two", start_sweep(*SWEEP, "--seeds", "0-3", "--workers", "2", "--out", runs["two"]["out"],
+                                               "--quiet", env=kill_hook(tmp, "3:2"))))
+            try:
+                import ray
+            except ImportError:
+                ray = None
+            if ray is not None:
+                ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+                tmp = tmp_path_factory.mktemp("ray")
+                runs["ray"] = {"out": str(tmp / "sweep")}
+                address = ray.get_runtime_context().gcs_address
+                running.append(("ray", start_sweep(*SWEEP, *TWO, *PYNATIVE, "--seeds", "0-3", "--workers", "2",
+                                                   "--engine", "ray", "--ray-address", address, "--out",
+                                                   runs["ray"]["out"], "--quiet",
+                                                   env=kill_hook(tmp, f"3@{EULER_A}:1"))))
+            results = os.path.join(out, "results.jsonl")
+            while first.poll() is None and not (os.path.exists(results) and os.path.getsize(results) > 0):
+                time.sleep(0.05)
+            first.send_signal(signal.SIGINT)
+            stdout, stderr = first.communicate(timeout=120)
+            kept = rows_of(out)
+            with open(results, "a") as f:
+                f.write('{"seed": 3, "scheduler": "DDIMSch')  # what a run killed mid-write leaves
+            # the resumed run through main here, while the others run
+            runs["one"] = {"out": out, "first": (first.returncode, stdout, stderr), "kept": kept,
+                           "second": sweep_here(*one, "--quiet")}
+            for name, proc in running:
+                if name != "one":
+                    runs[name]["proc"] = finish(proc)
         yield runs
     finally:
         for _, proc in running:
