@@ -17,7 +17,7 @@ import xrand
 torch = pytest.importorskip("torch")
 pytest.importorskip("diffusers")
 
-from conftest import make_tiny_model, run_python  # noqa: E402
+from conftest import every_cpu, make_tiny_model, run_python  # noqa: E402
 from xrand.compare import compare_frameworks, compare_sides, make_plan  # noqa: E402
 from xrand.compare.sidefile import load_side, save_side  # noqa: E402
 from xrand.compare.sides import run_side  # noqa: E402
@@ -262,8 +262,10 @@ def test_report_and_pictures_are_written_and_valid(eta1_comparison, ms, tmp_path
     assert report["environment"]["b"]["mindspore"] == ms.__version__
     a, b = report["environment"]["a"], report["environment"]["b"]  # each side's threads and load as it started
     assert isinstance(a["torch_threads"], int) and isinstance(b["mindspore_threads"], int)
-    assert "usable cores" in a["threads_chosen"] and "once per process" in b["threads_chosen"]
-    assert all(len(e["load_average"]) == 3 and e["other_processes_busy_cores"] >= 0 for e in (a, b))
+    assert "usable core" in a["threads_chosen"] and "once per process" in b["threads_chosen"]
+    for e in (a, b):  # the others' load, watched where the process may use more than one CPU
+        busy = e["other_processes_busy_cores"]
+        assert len(e["load_average"]) == 3 and (busy is None if e["usable_cpus"] == 1 else busy >= 0)
     assert a["usable_cpus"] == b["usable_cpus"] == len(os.sched_getaffinity(0))  # MindSpore's last bits move with them
     import matplotlib.image
 
@@ -290,13 +292,33 @@ def test_a_measurement_soon_after_another_watches_the_time_between_and_waits_for
     monkeypatch.setattr(threads, "time", SimpleNamespace(monotonic=time.monotonic,
                                                          sleep=lambda s: (waits.append(s), time.sleep(s))))
     monkeypatch.setattr(threads, "_last", None)
-    threads.measure()
-    time.sleep(threads.SAMPLE_SECONDS)
-    second = threads.measure()  # the busy time since the first
-    time.sleep(threads.RECENT_SECONDS + 0.1)
-    third = threads.measure()  # too long since: watches anew
+    with every_cpu():  # more than one: on one CPU it watches nothing (below)
+        threads.measure()
+        time.sleep(threads.SAMPLE_SECONDS)
+        second = threads.measure()  # the busy time since the first
+        time.sleep(threads.RECENT_SECONDS + 0.1)
+        third = threads.measure()  # too long since: watches anew
     assert waits == [threads.SAMPLE_SECONDS, threads.SAMPLE_SECONDS]
     assert second.others is not None and third.others is not None
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no thread affinity here")
+def test_on_one_cpu_a_side_runs_one_thread_and_waits_for_no_measurement(monkeypatch):
+    from xrand.frameworks import threads
+
+    waits = []
+    monkeypatch.setattr(threads, "time", SimpleNamespace(monotonic=time.monotonic,
+                                                         sleep=lambda s: (waits.append(s), time.sleep(s))))
+    monkeypatch.setattr(threads, "_last", None)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    own = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(own)})
+    try:
+        load = threads.measure()
+    finally:
+        os.sched_setaffinity(0, own)
+    assert waits == [] and (load.cores, load.others) == (1, None)
+    assert threads.choose(load) == (1, "1 usable core (one thread whatever the load)")
 
 
 @pytest.fixture
@@ -317,8 +339,9 @@ def test_beside_a_busy_process_torch_runs_a_thread_fewer_and_the_side_says_why(t
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     default = torch.get_num_threads()
-    env = side(tiny_model, "torch").environment
-    busy, cores = env["other_processes_busy_cores"], usable_cores()
+    with every_cpu():  # more than one, one of them busy
+        env = side(tiny_model, "torch").environment
+        busy, cores = env["other_processes_busy_cores"], usable_cores()
     assert busy >= 0.5 and len(env["load_average"]) == 3
     assert env["torch_threads"] == rule(cores, busy, most=default) <= max(1, cores - 1)
     assert env["threads_chosen"].startswith(f"{cores} usable cores, other processes kept ")

@@ -38,7 +38,8 @@ _last: Optional[Tuple[int, float, Tuple[int, int], float]] = None  # the last me
 class Load:
     """The machine at one moment: ``cores`` this process may use, the cores ``others`` (other
     processes) kept busy over the last :data:`SAMPLE_SECONDS` (None where /proc/stat is not
-    readable), and the load average over 1, 5 and 15 minutes (this process included)."""
+    readable, and where this process may use one CPU: one thread whatever the load, so not
+    watched), and the load average over 1, 5 and 15 minutes (this process included)."""
 
     cores: int
     others: Optional[float]
@@ -106,11 +107,14 @@ def helper(pid: int) -> Iterator[None]:
 def measure(seconds: float = SAMPLE_SECONDS) -> Load:
     """The machine now: the cores other processes keep busy, watched for ``seconds`` on the CPUs
     this process may use (their busy time in /proc/stat less this process's own), or since the last
-    measurement where that ended ``seconds`` to :data:`RECENT_SECONDS` ago."""
+    measurement where that ended ``seconds`` to :data:`RECENT_SECONDS` ago. On one CPU it watches
+    nothing (a side runs one thread there whatever the others do) and returns at once."""
     global _last
     cores = usable_cores()
     cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
     average = os.getloadavg() if hasattr(os, "getloadavg") else (0.0, 0.0, 0.0)
+    if cores == 1:
+        return Load(cores, None, tuple(average))
     if _last is not None and _last[0] == os.getpid() and seconds <= time.monotonic() - _last[1] <= RECENT_SECONDS:
         _, _, before, own = _last
     else:
@@ -149,6 +153,8 @@ def choose(load: Load, most: Optional[int] = None) -> Tuple[int, str]:
     if given.isdigit() and int(given) > 0:
         return int(given), f"{THREADS_VARIABLE}={given}"
     count = rule(load.cores, load.others, most)
+    if load.cores == 1:
+        return count, "1 usable core (one thread whatever the load)"
     if load.others is None:
         return count, f"{load.cores} usable cores (the other processes' load is unknown here)"
     return count, f"{load.cores} usable cores, other processes kept {load.others:.1f} busy"
