@@ -168,11 +168,13 @@ def cmdline(pid):
 
 def test_a_ray_sweep_killed_by_sigkill_leaves_no_ray_worker(mindone, tmp_path):
     """The sweep starts its own local Ray: its worker actors go with it. Ray's dashboard and
-    runtime-env agents are Ray's own, idle, and end 61 s later (README): not waited for here."""
+    runtime-env agents are Ray's own, idle, and end 61 s later (README): not waited for here. Ten
+    short cells keep the sweep running after its first (the first came after 14.5 s with two cells of
+    100 steps at batch 4, most of it Ray's start and the workers' imports; 10.0 s like this)."""
     pytest.importorskip("ray")
     out = str(tmp_path / "sweep")
-    sweep = subprocess.Popen([sys.executable, "-m", "xrand", "sweep", "--steps", "100", "--batch-size", "4",
-                              "--seeds", "0-1", "--engine", "ray", "--out", out, "--quiet"],
+    sweep = subprocess.Popen([sys.executable, "-m", "xrand", "sweep", "--steps", "10", "--batch-size", "1",
+                              "--seeds", "0-9", *PYNATIVE, "--engine", "ray", "--out", out, "--quiet"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         results = os.path.join(out, "results.jsonl")
