@@ -25,7 +25,7 @@ Figures (one file each, also runnable alone):
  16 bench_cost.py          the whole default xrand compare against torch's own pipeline alone (digits and the
                            SD-1.5-sized model; only with --only 16: about 12 minutes, the folder of figure 10)
  17 bench_suite.py         the test suite's wall time on this machine and the files it goes to
-                           (only with --only 17: the suite's own time, about 13 minutes)
+                           (only with --only 17: the suite's own time, about 6 minutes)
 
 About 5 minutes on 2 cores. Timings interleave the compared calls; each figure records how
 much CPU other processes took meanwhile, so a shared machine shows in the results. With
@@ -67,7 +67,7 @@ FIGURES = {
     17: ("bench_suite", {}),
 }
 #: Figures run only when --only names them (10, 12, 15, 16: 20, 10, 5 and 12 minutes, a 4.1 GB model folder;
-#: 17: the test suite, 13 minutes).
+#: 17: the test suite, 6 minutes).
 ON_REQUEST = {10, 12, 15, 16, 17}
 
 
