@@ -59,7 +59,7 @@ def own_cores(workers):
 def every_cpu():
     """Inside the block, this thread and the processes it starts (they inherit its CPUs) on every
     CPU of the run, where a test needs them all: MindSpore's last bits move with the CPUs it may
-    use, even at one kernel thread (2 steps of the digits model at batch 1: images 7.5e-7 apart)."""
+    use, even at one kernel thread (2 steps of the digits model at batch 1: images up to 7.5e-7 apart)."""
     own = os.sched_getaffinity(0) if ALL_CPUS else None
     if own is not None:
         os.sched_setaffinity(0, ALL_CPUS)

@@ -294,7 +294,7 @@ _PINNED = ("import os\ncpus = sorted(os.sched_getaffinity(0))\nmindspore_cpu.tun
 
 @pytest.mark.skipif(len(ALL_CPUS) < 2, reason="no thread affinity here, or one CPU (MindSpore's pool has two threads)")
 def test_mindspores_kernel_threads_are_pinned_one_per_cpu_while_they_are_as_many_as_the_cpus():
-    with every_cpu():  # as many kernel threads as CPUs: every CPU of the machine, not a pytest-xdist worker's
+    with every_cpu():  # as many kernel threads as CPUs: the machine's, not a pytest-xdist worker's
         each_cpu_once, each_on_its_own, free_after, names = _new_process(_PINNED)
     assert (each_cpu_once, each_on_its_own, free_after) == ("True", "True", "True")
     assert names.startswith("ActorThread_0")  # the pool that runs its CPU kernels

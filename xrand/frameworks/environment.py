@@ -15,6 +15,7 @@ def fingerprint(frameworks: Optional[Iterable[str]] = None) -> Dict[str, Any]:
     from .._version import __version__
     from ..determinism import full_determinism_enabled
     from ..registry import backend
+    from .threads import usable_cores
 
     info: Dict[str, Any] = {
         "xrand": __version__,
@@ -23,7 +24,7 @@ def fingerprint(frameworks: Optional[Iterable[str]] = None) -> Dict[str, Any]:
         "machine": platform.machine(),
         "processor": _cpu_model(),
         "cpu_count": os.cpu_count(),
-        "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "usable_cpus": usable_cores(),
         "numpy": np.__version__,
         "xrand_full_determinism": full_determinism_enabled(),
     }
