@@ -56,18 +56,24 @@ def own_cores(workers):
 
 
 @contextlib.contextmanager
-def every_cpu():
-    """Inside the block, this thread and the processes it starts (they inherit its CPUs) on every
-    CPU of the run, where a test needs them all: MindSpore's last bits move with the CPUs it may
-    use, even at one kernel thread (2 steps of the digits model at batch 1: images up to 7.5e-7 apart)."""
+def on_cpus(cpus):
+    """Inside the block, this thread and the processes it starts (they inherit its CPUs) on
+    ``cpus`` (as they were where there is no thread affinity)."""
     own = os.sched_getaffinity(0) if ALL_CPUS else None
     if own is not None:
-        os.sched_setaffinity(0, ALL_CPUS)
+        os.sched_setaffinity(0, cpus)
     try:
         yield
     finally:
         if own is not None:
             os.sched_setaffinity(0, own)
+
+
+def every_cpu():
+    """:func:`on_cpus` every CPU of the run, where a test needs them all: MindSpore's last bits move
+    with the CPUs it may use, even at one kernel thread (2 steps of the digits model at batch 1:
+    images up to 7.5e-7 apart)."""
+    return on_cpus(ALL_CPUS)
 
 
 @pytest.fixture(autouse=True, scope="module")

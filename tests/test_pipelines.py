@@ -17,7 +17,7 @@ import xrand
 torch = pytest.importorskip("torch")
 pytest.importorskip("diffusers")
 
-from conftest import every_cpu, make_tiny_model, run_python  # noqa: E402
+from conftest import ALL_CPUS, every_cpu, make_tiny_model, on_cpus, run_python  # noqa: E402
 from xrand.compare import compare_frameworks, compare_sides, make_plan  # noqa: E402
 from xrand.compare.sidefile import load_side, save_side  # noqa: E402
 from xrand.compare.sides import run_side  # noqa: E402
@@ -285,13 +285,21 @@ def test_the_thread_rule_leaves_the_cores_other_processes_keep_busy():
     assert (rule(16, 3.2), rule(16, 0.0, most=8), rule(4, None)) == (13, 8, 4)
 
 
-def test_a_measurement_soon_after_another_watches_the_time_between_and_waits_for_nothing(monkeypatch):
+@pytest.fixture
+def waits(monkeypatch):
+    """The seconds each load measurement waits, from a fresh start (no measurement before)."""
     from xrand.frameworks import threads
 
-    waits = []
+    waited = []
     monkeypatch.setattr(threads, "time", SimpleNamespace(monotonic=time.monotonic,
-                                                         sleep=lambda s: (waits.append(s), time.sleep(s))))
+                                                         sleep=lambda s: (waited.append(s), time.sleep(s))))
     monkeypatch.setattr(threads, "_last", None)
+    return waited
+
+
+def test_a_measurement_soon_after_another_watches_the_time_between_and_waits_for_nothing(waits):
+    from xrand.frameworks import threads
+
     with every_cpu():  # more than one: on one CPU it watches nothing (below)
         threads.measure()
         time.sleep(threads.SAMPLE_SECONDS)
@@ -302,21 +310,13 @@ def test_a_measurement_soon_after_another_watches_the_time_between_and_waits_for
     assert second.others is not None and third.others is not None
 
 
-@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no thread affinity here")
-def test_on_one_cpu_a_side_runs_one_thread_and_waits_for_no_measurement(monkeypatch):
+@pytest.mark.skipif(not ALL_CPUS, reason="no thread affinity here")
+def test_on_one_cpu_a_side_runs_one_thread_and_waits_for_no_measurement(waits, monkeypatch):
     from xrand.frameworks import threads
 
-    waits = []
-    monkeypatch.setattr(threads, "time", SimpleNamespace(monotonic=time.monotonic,
-                                                         sleep=lambda s: (waits.append(s), time.sleep(s))))
-    monkeypatch.setattr(threads, "_last", None)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    own = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {min(own)})
-    try:
+    with on_cpus(ALL_CPUS[:1]):
         load = threads.measure()
-    finally:
-        os.sched_setaffinity(0, own)
     assert waits == [] and (load.cores, load.others) == (1, None)
     assert threads.choose(load) == (1, "1 usable core (one thread whatever the load)")
 
